@@ -1,0 +1,88 @@
+# rawloop — build with `make`, test with `make test` (see README.md).
+#
+#   make                 build/rawloop (CPU backend; SIMD level chosen by ARCH, default native)
+#   make check           everything CI runs: test + test-asan + fuzz-short, one summary line
+#   make test            unit tests, tokenizer vectors, malformed-input corpus, HF oracle (pytest)
+#   make test-asan       the same suite built with AddressSanitizer + UBSan, in build-asan/
+#   make fuzz            libFuzzer targets in build-fuzz/ (clang); `make fuzz-short` runs each briefly
+#   make ARCH=           portable build: no -march (scalar + baseline SIMD only)
+
+CC      ?= cc
+BUILD   ?= build
+ARCH    ?= -march=native
+OPT     ?= -O2
+SAN     ?=
+PCRE_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
+PCRE_LIBS   := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+CFLAGS  += -std=c11 $(OPT) -g $(ARCH) $(WARN) -D_GNU_SOURCE -pthread $(PCRE_CFLAGS) $(SAN)
+LDLIBS  += $(PCRE_LIBS) -lm -pthread
+LDFLAGS += $(SAN)
+
+LIB_SRC  := $(wildcard src/*.c)
+LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
+CLI_SRC  := $(wildcard cli/*.c)
+CLI_OBJ  := $(patsubst cli/%.c,$(BUILD)/obj/cli/%.o,$(CLI_SRC))
+TEST_SRC := $(wildcard tests/unit/test_*.c)
+TEST_BIN := $(patsubst tests/unit/%.c,$(BUILD)/%,$(TEST_SRC))
+DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+.PHONY: all check test test-asan units benches fuzz fuzz-short clean
+all: $(BUILD)/rawloop $(TEST_BIN)
+
+$(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/cli/%.o: cli/%.c | $(BUILD)/obj/cli
+	$(CC) $(CFLAGS) -Isrc -MMD -MP -c $< -o $@
+$(BUILD)/librawloop.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+$(BUILD)/rawloop: $(CLI_OBJ) $(BUILD)/librawloop.a
+	$(CC) $(LDFLAGS) $^ -o $@ $(LDLIBS)
+$(BUILD)/test_%: tests/unit/test_%.c tests/unit/check.h $(BUILD)/librawloop.a
+	$(CC) $(CFLAGS) -Isrc -Itests/unit $< $(BUILD)/librawloop.a -o $@ $(LDFLAGS) $(LDLIBS)
+$(BUILD)/obj $(BUILD)/obj/cli:
+	mkdir -p $@
+
+units: $(TEST_BIN)
+
+# Micro-benchmarks (bench/bench_*.c): not part of the test suite.
+BENCH_SRC := $(wildcard bench/bench_*.c)
+BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRC))
+benches: $(BENCH_BIN)
+$(BUILD)/bench_%: bench/bench_%.c $(BUILD)/librawloop.a
+	$(CC) $(CFLAGS) -Isrc $< $(BUILD)/librawloop.a -o $@ $(LDFLAGS) $(LDLIBS)
+
+check:
+	bash tests/run_all.sh
+
+# The whole suite; pytest prints the closing "N passed" line CI reads.
+test: all
+	RAWLOOP_BUILD=$(BUILD) python3 -m pytest -q tests/py
+
+# Same suite under ASan+UBSan (the HF oracle's slowest cases are marked `slow` and skipped).
+test-asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" all
+	RAWLOOP_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		python3 -m pytest -q -m "not slow" tests/py
+
+FUZZ_CC    ?= clang
+FUZZ_SRC   := $(wildcard fuzz/fuzz_*.c)
+FUZZ_BIN   := $(patsubst fuzz/%.c,build-fuzz/%,$(FUZZ_SRC))
+FUZZ_FLAGS := -std=c11 -O1 -g -D_GNU_SOURCE -DRL_FUZZING -fsanitize=fuzzer,address,undefined \
+              -fno-sanitize-recover=all $(PCRE_CFLAGS) -Isrc -pthread
+fuzz: $(FUZZ_BIN)
+build-fuzz/fuzz_%: fuzz/fuzz_%.c $(LIB_SRC) $(wildcard src/*.h)
+	mkdir -p build-fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $< $(LIB_SRC) -o $@ $(PCRE_LIBS) -lm
+# A short run of each target from its seed corpus (CI); FUZZ_SECONDS=3600 for a long run.
+FUZZ_SECONDS ?= 30
+fuzz-short: fuzz
+	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
+	  echo "== $$n for $(FUZZ_SECONDS) s"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+	      build-fuzz/corpus-$$n fuzz/seeds/$${n#fuzz_} || exit 1; done
+
+clean:
+	rm -rf build build-asan build-fuzz
+
+-include $(DEPS)

@@ -1,0 +1,172 @@
+/* rawloop bench: llama-bench-style pp/tg speeds plus the bytes each generated token reads and
+ * the share of the machine's measured read bandwidth they represent. */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "membw.h"
+#include "quant.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+        "usage: rawloop bench [-m FILE] [-p 512] [-n 128] [-r 5] [-t N] [-d 0] [--json] [--exact]\n"
+        "  -p N        prompt-processing test of N tokens (0 skips it)\n"
+        "  -n N        generation test of N tokens (0 skips it)\n"
+        "  -r N        repetitions (median and standard deviation reported)\n"
+        "  -d N        run both tests after N tokens of context (depth)\n"
+        "  -b N        tokens per forward chunk in prompt processing (default 64)\n"
+        "  -t N        threads (default: all cores)\n"
+        "  --json      one JSON object instead of the table\n"
+        "  --exact     fp32 activations (no 8-bit activation fast path)\n"
+        "  --no-ceiling skip measuring the memory read bandwidth\n");
+}
+
+typedef struct stats {
+    double median, mean, sd, min, max;
+} stats;
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static stats summarize(double *v, size_t n) {
+    stats s = {0};
+    if (!n) return s;
+    qsort(v, n, sizeof *v, cmp_d);
+    s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    s.min = v[0];
+    s.max = v[n - 1];
+    for (size_t i = 0; i < n; i++) s.mean += v[i] / n;
+    for (size_t i = 0; i < n; i++) s.sd += (v[i] - s.mean) * (v[i] - s.mean);
+    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
+    return s;
+}
+
+int cmd_bench(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", 1, 0, 'm'}, {"n-prompt", 1, 0, 'p'}, {"n-gen", 1, 0, 'n'},
+        {"repetitions", 1, 0, 'r'}, {"threads", 1, 0, 't'}, {"depth", 1, 0, 'd'},
+        {"batch", 1, 0, 'b'}, {"json", 0, 0, 'j'}, {"exact", 0, 0, 'x'},
+        {"no-ceiling", 0, 0, 'C'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL;
+    long np = 512, ng = 128, reps = 5, depth = 0, v;
+    bool json = false, no_ceiling = false;
+    rl_cpu_opts co = {0};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:p:n:r:t:d:b:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'p': if (cli_parse_long("-p", optarg, 0, 1L << 20, &np)) return 2; break;
+        case 'n': if (cli_parse_long("-n", optarg, 0, 1L << 20, &ng)) return 2; break;
+        case 'r': if (cli_parse_long("-r", optarg, 1, 1000, &reps)) return 2; break;
+        case 'd': if (cli_parse_long("-d", optarg, 0, 1L << 20, &depth)) return 2; break;
+        case 't': if (cli_parse_long("-t", optarg, 1, 1024, &v)) return 2; co.n_threads = (size_t)v; break;
+        case 'b': if (cli_parse_long("-b", optarg, 1, 4096, &v)) return 2; co.max_batch = (size_t)v; break;
+        case 'j': json = true; break;
+        case 'x': co.exact = true; break;
+        case 'C': no_ceiling = true; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    size_t need = (size_t)depth + (size_t)(np > ng ? np : ng);
+    co.n_ctx = need + 1;
+    cli_session s;
+    if (cli_session_open(&s, model, &co)) return 1;
+    const rl_config *cfg = &s.model.cfg;
+    size_t nt = rl_cpu_n_threads(s.cpu);
+    int rc = 1;
+    rl_err e = {{0}};
+    size_t n_tok = need + 1;
+    int32_t *toks = malloc(n_tok * sizeof *toks);
+    float *lg = malloc(cfg->n_vocab * sizeof(float));
+    double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
+    if (!toks || !lg || !pp || !tg) goto out;
+    uint64_t r = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < n_tok; i++) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+        toks[i] = (int32_t)(r % cfg->n_vocab);
+    }
+    if (!json) fprintf(stderr, "rawloop: warming up\n");
+    if (rl_cpu_forward(s.cpu, toks, np > 0 ? (size_t)(np < 16 ? np : 16) : 1, 0, lg, false, &e) ||
+        rl_cpu_forward(s.cpu, toks, 1, 0, lg, false, &e))
+        goto fail;
+    for (long rep = 0; rep < reps; rep++) {
+        if (depth > 0 && rl_cpu_forward(s.cpu, toks, (size_t)depth, 0, NULL, false, &e)) goto fail;
+        if (np > 0) {
+            double t0 = cli_now();
+            if (rl_cpu_forward(s.cpu, toks + depth, (size_t)np, (size_t)depth, lg, false, &e))
+                goto fail;
+            pp[rep] = np / (cli_now() - t0);
+        }
+        if (ng > 0) {
+            double t0 = cli_now();
+            for (long i = 0; i < ng; i++)
+                if (rl_cpu_forward(s.cpu, toks + i, 1, (size_t)(depth + i), lg, false, &e))
+                    goto fail;
+            tg[rep] = ng / (cli_now() - t0);
+        }
+        if (!json) fprintf(stderr, "rawloop: rep %ld/%ld: pp %.2f tok/s, tg %.2f tok/s\n",
+                           rep + 1, reps, pp[rep], tg[rep]);
+    }
+    stats sp = summarize(pp, (size_t)reps), sg = summarize(tg, (size_t)reps);
+    size_t wbytes = rl_model_bytes_per_token(&s.model);
+    size_t kvb = ng > 0 ? rl_cpu_kv_read_bytes(s.cpu, (size_t)(depth + ng / 2)) : 0;
+    double bpt = (double)(wbytes + kvb), gbps = bpt * sg.median / 1e9;
+    double ceil = no_ceiling ? 0 : rl_measure_read_gbps(nt, (size_t)1 << 30, 5);
+    char desc[256];
+    rl_model_describe(&s.model, desc, sizeof desc);
+    if (json) {
+        printf("{\"model\": \"%s\", \"type\": \"%s\", \"backend\": \"cpu\", \"simd\": \"%s\", "
+               "\"threads\": %zu, \"exact\": %s, \"depth\": %ld, \"n_prompt\": %ld, "
+               "\"n_gen\": %ld, \"reps\": %ld, \"pp_tps\": %.3f, \"pp_sd\": %.3f, "
+               "\"pp_min\": %.3f, \"pp_max\": %.3f, \"tg_tps\": %.3f, \"tg_sd\": %.3f, "
+               "\"tg_min\": %.3f, \"tg_max\": %.3f, \"bytes_per_token\": %.0f, "
+               "\"weight_bytes_per_token\": %zu, \"kv_bytes_per_token\": %zu, \"gbps\": %.3f, "
+               "\"ceiling_gbps\": %.3f, \"ceiling_share\": %.4f, \"file_bytes\": %zu}\n",
+               desc, rl_model_type_name(&s.model), rl_simd_name(), nt,
+               co.exact ? "true" : "false", depth, np, ng, reps, sp.median, sp.sd, sp.min,
+               sp.max, sg.median, sg.sd, sg.min, sg.max, bpt, wbytes, kvb, gbps, ceil,
+               ceil > 0 ? gbps / ceil : 0, s.model.file_weight_bytes);
+    } else {
+        printf("| model | size | params | backend | threads | test | t/s | GB/s | %% of read "
+               "ceiling |\n| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: |\n");
+        char dtag[32] = "";
+        if (depth) snprintf(dtag, sizeof dtag, " @ d%ld", depth);
+        if (np > 0)
+            printf("| %s %s | %.2f GB | %.2f B | cpu-%s | %zu | pp%ld%s | %.2f ± %.2f | | |\n",
+                   cfg->arch_name, rl_model_type_name(&s.model), s.model.file_weight_bytes / 1e9,
+                   rl_model_n_params(&s.model) / 1e9, rl_simd_name(), nt, np, dtag, sp.median,
+                   sp.sd);
+        if (ng > 0)
+            printf("| %s %s | %.2f GB | %.2f B | cpu-%s | %zu | tg%ld%s | %.2f ± %.2f | %.1f | "
+                   "%.0f%% |\n", cfg->arch_name, rl_model_type_name(&s.model),
+                   s.model.file_weight_bytes / 1e9, rl_model_n_params(&s.model) / 1e9,
+                   rl_simd_name(), nt, ng, dtag, sg.median, sg.sd, gbps,
+                   ceil > 0 ? 100 * gbps / ceil : 0);
+        printf("\nbytes per generated token: %.1f MB (weights %.1f MB + KV %.1f MB at position "
+               "%ld); read ceiling %.1f GB/s (%zu threads, measured now); %s; median ± sd of %ld "
+               "runs\n", bpt / 1e6, wbytes / 1e6, kvb / 1e6, depth + ng / 2, ceil, nt,
+               co.exact ? "exact fp32 activations" : "8-bit activations", reps);
+    }
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "rawloop: %s\n", e.msg);
+out:
+    free(toks);
+    free(lg);
+    free(pp);
+    free(tg);
+    cli_session_close(&s);
+    return rc;
+}

@@ -1,0 +1,82 @@
+/* rawloop logits: the logits of every position of a token sequence, for oracle tests. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+        "usage: rawloop logits -m FILE --ids \"1 2 3\" -o OUT [--exact] [-t N] [-b N]\n"
+        "Feeds the ids at positions 0..n-1 (no BOS added) and writes float32 little-endian\n"
+        "logits, n rows of n_vocab, row i after ids[0..i].\n"
+        "  -b, --batch N   tokens per forward chunk (default 64; 1 = one token at a time)\n");
+}
+
+int cmd_logits(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"model", 1, 0, 'm'}, {"ids", 1, 0, 'i'}, {"output", 1, 0, 'o'}, {"exact", 0, 0, 'x'},
+        {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *ids_text = NULL, *outp = NULL;
+    rl_cpu_opts co = {0};
+    long v;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "m:i:o:t:b:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 'i': ids_text = optarg; break;
+        case 'o': outp = optarg; break;
+        case 'x': co.exact = true; break;
+        case 't': if (cli_parse_long("-t", optarg, 1, 1024, &v)) return 2; co.n_threads = (size_t)v; break;
+        case 'b': if (cli_parse_long("-b", optarg, 1, 4096, &v)) return 2; co.max_batch = (size_t)v; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (!ids_text || !outp || optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    int32_t *ids;
+    size_t n;
+    if (cli_parse_ids(ids_text, &ids, &n)) return 2;
+    if (n == 0) {
+        fprintf(stderr, "rawloop logits: --ids is empty\n");
+        free(ids);
+        return 2;
+    }
+    co.n_ctx = n;
+    cli_session s;
+    if (cli_session_open(&s, model, &co)) {
+        free(ids);
+        return 1;
+    }
+    int rc = 1;
+    size_t nv = s.model.cfg.n_vocab;
+    float *lg = malloc(n * nv * sizeof(float));
+    rl_err e = {{0}};
+    FILE *f = NULL;
+    if (!lg) {
+        fprintf(stderr, "rawloop: out of memory\n");
+        goto out;
+    }
+    if (rl_cpu_forward(s.cpu, ids, n, 0, lg, true, &e) < 0) {
+        fprintf(stderr, "rawloop: %s\n", e.msg);
+        goto out;
+    }
+    f = fopen(outp, "wb");
+    if (!f || fwrite(lg, sizeof(float), n * nv, f) != n * nv || fclose(f)) {
+        fprintf(stderr, "rawloop: cannot write %s\n", outp);
+        f = NULL;
+        goto out;
+    }
+    f = NULL;
+    rc = 0;
+out:
+    free(lg);
+    free(ids);
+    cli_session_close(&s);
+    return rc;
+}

@@ -1,0 +1,348 @@
+/* CPU forward pass. One function reads like the math (forward_chunk); the parallel pieces are
+ * small named steps that split work over the thread pool. */
+#include "cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#define RL_X86_SIMD 1
+#endif
+
+#include "pool.h"
+#include "quant.h"
+
+struct rl_cpu {
+    const rl_model *m;
+    rl_pool *pool;
+    size_t n_ctx, max_batch;
+    bool exact;
+    size_t q_dim, kv_dim;
+    float *x;        /* [B][n_embd] residual stream */
+    float *xb;       /* [B][max(n_embd, q_dim)] normed input / attention output */
+    float *q;        /* [B][q_dim] */
+    float *k, *v;    /* [B][kv_dim] */
+    float *hb, *hb2; /* [B][n_ff] */
+    rl_q8a *xq;      /* [B][max(n_embd, q_dim, n_ff)/32] quantized activations */
+    size_t xq_stride; /* blocks per row of xq */
+    uint16_t *kc, *vc; /* [n_layer][n_ctx][kv_dim] f16 */
+    float *att;       /* [n_threads][n_ctx] attention scores */
+    float *inv_freq;  /* [rope_dim/2] */
+};
+
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e) {
+    const rl_config *cfg = &m->cfg;
+    rl_cpu *c = calloc(1, sizeof *c);
+    if (!c) return rl_fail(e, "out of memory");
+    c->m = m;
+    c->exact = o->exact;
+    c->n_ctx = o->n_ctx ? o->n_ctx : (cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
+    c->max_batch = o->max_batch ? o->max_batch : 64;
+    c->q_dim = cfg->n_head * cfg->head_dim;
+    c->kv_dim = cfg->n_head_kv * cfg->head_dim;
+    size_t nt = o->n_threads ? o->n_threads : rl_ncpu();
+    if (rl_pool_new(&c->pool, nt, e) < 0) {
+        free(c);
+        return -1;
+    }
+    size_t B = c->max_batch, wide = max3(cfg->n_embd, c->q_dim, cfg->n_ff);
+    size_t kv_elems = cfg->n_layer * c->n_ctx * c->kv_dim;
+    if (kv_elems / cfg->n_layer / c->n_ctx != c->kv_dim) goto oom;
+    c->xq_stride = (wide + 31) / 32;
+    c->x = malloc(B * cfg->n_embd * sizeof(float));
+    c->xb = malloc(B * (c->q_dim > cfg->n_embd ? c->q_dim : cfg->n_embd) * sizeof(float));
+    c->q = malloc(B * c->q_dim * sizeof(float));
+    c->k = malloc(B * c->kv_dim * sizeof(float));
+    c->v = malloc(B * c->kv_dim * sizeof(float));
+    c->hb = malloc(B * cfg->n_ff * sizeof(float));
+    c->hb2 = malloc(B * cfg->n_ff * sizeof(float));
+    c->xq = malloc(B * c->xq_stride * sizeof(rl_q8a));
+    c->att = malloc(nt * c->n_ctx * sizeof(float));
+    c->inv_freq = malloc(cfg->rope_dim / 2 * sizeof(float) + 1);
+    c->kc = malloc(kv_elems * sizeof(uint16_t));
+    c->vc = malloc(kv_elems * sizeof(uint16_t));
+    if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xq || !c->att ||
+        !c->inv_freq || !c->kc || !c->vc)
+        goto oom;
+    /* Same op order as HF: inv_freq = 1 / base^(2i/d) in fp32, then divided by the llama3
+     * factor (llama.cpp divides theta by rope_freqs[i], which is the same value). */
+    for (size_t i = 0; i < cfg->rope_dim / 2; i++) {
+        float f = 1.0f / powf(cfg->rope_base, (float)(2 * i) / (float)cfg->rope_dim);
+        c->inv_freq[i] = m->rope_freqs ? f / m->rope_freqs[i] : f;
+    }
+    *out = c;
+    return 0;
+oom:
+    {
+        size_t n_ctx = c->n_ctx;
+        double gb = 2.0 * (double)cfg->n_layer * n_ctx * c->kv_dim * 2 / 1e9;
+        rl_cpu_free(c);
+        return rl_fail(e, "out of memory allocating the forward state (context %zu needs "
+                       "%.2f GB of KV cache); try a smaller -c", n_ctx, gb);
+    }
+}
+
+void rl_cpu_free(rl_cpu *c) {
+    if (!c) return;
+    rl_pool_free(c->pool);
+    free(c->x); free(c->xb); free(c->q); free(c->k); free(c->v); free(c->hb); free(c->hb2);
+    free(c->xq); free(c->att); free(c->inv_freq); free(c->kc); free(c->vc);
+    free(c);
+}
+
+size_t rl_cpu_n_ctx(const rl_cpu *c) { return c->n_ctx; }
+size_t rl_cpu_n_threads(const rl_cpu *c) { return rl_pool_size(c->pool); }
+size_t rl_cpu_kv_bytes(const rl_cpu *c) {
+    return 2 * c->m->cfg.n_layer * c->n_ctx * c->kv_dim * sizeof(uint16_t);
+}
+size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos) {
+    return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_dim * sizeof(uint16_t);
+}
+
+/* ---- small fp32 helpers ---------------------------------------------------------------- */
+
+static void rmsnorm(float *out, const float *x, const float *w, size_t n, float eps) {
+    double ss = 0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)(ss / (double)n) + eps);
+    for (size_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
+}
+
+static float dot_f16(const float *q, const uint16_t *k, size_t n) {
+    size_t i = 0;
+    float s = 0;
+#ifdef RL_X86_SIMD
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i),
+                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), acc);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    s = _mm_cvtss_f32(h);
+#endif
+    for (; i < n; i++) s += q[i] * rl_f16_to_f32(k[i]);
+    return s;
+}
+
+static void axpy_f16(float *out, float a, const uint16_t *v, size_t n) {
+    size_t i = 0;
+#ifdef RL_X86_SIMD
+    __m256 va = _mm256_set1_ps(a);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128(
+                                                          (const __m128i *)(v + i))),
+                                                  _mm256_loadu_ps(out + i)));
+#endif
+    for (; i < n; i++) out[i] += a * rl_f16_to_f32(v[i]);
+}
+
+/* Rotates one head in place at position pos. llama pairs (2i, 2i+1); neox pairs (i, i+d/2). */
+static void rope(float *h, size_t pos, const float *inv_freq, size_t rope_dim, bool neox) {
+    size_t half = rope_dim / 2;
+    for (size_t i = 0; i < half; i++) {
+        float th = (float)pos * inv_freq[i];
+        float cs = cosf(th), sn = sinf(th);
+        size_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = h[a], x1 = h[b];
+        /* Kept as separate products so the compiler cannot contract to FMA (lesson 6). */
+        float m0 = x0 * cs, m1 = x1 * sn, m2 = x0 * sn, m3 = x1 * cs;
+        h[a] = m0 - m1;
+        h[b] = m2 + m3;
+    }
+}
+
+/* ---- parallel matmul --------------------------------------------------------------------- */
+
+/* Up to three matmuls over the same input run as one parallel region (Q/K/V, gate/up), split
+ * over threads by row tiles so each thread streams a contiguous slice of weights. */
+typedef struct mm_job {
+    rl_mm mm[3];
+    size_t rows[3];
+    size_t tile[3];  /* rows per tile */
+    size_t tiles[3]; /* tiles per matrix */
+    size_t n, total;
+} mm_job;
+
+static void mm_worker(void *ctx, size_t ith, size_t nth) {
+    mm_job *j = ctx;
+    size_t t0 = j->total * ith / nth, t1 = j->total * (ith + 1) / nth, base = 0;
+    for (size_t i = 0; i < j->n; base += j->tiles[i], i++) {
+        if (t1 <= base) break;
+        size_t lo = t0 > base ? t0 - base : 0, hi = t1 - base;
+        if (hi > j->tiles[i]) hi = j->tiles[i];
+        if (lo >= hi) continue;
+        size_t r1 = hi * j->tile[i];
+        rl_mm_rows(&j->mm[i], lo * j->tile[i], r1 < j->rows[i] ? r1 : j->rows[i]);
+    }
+}
+
+static bool is_float_type(uint32_t t) { return t == RL_F32 || t == RL_F16 || t == RL_BF16; }
+
+static void job_add(mm_job *j, const rl_matrix *w, const float *x, const rl_q8a *xq, size_t S,
+                    float *y, size_t ys, bool acc) {
+    size_t i = j->n++;
+    j->mm[i] = (rl_mm){.type = w->type, .w = w->data, .row_bytes = w->row_bytes, .n = w->cols,
+                       .S = S, .x = x, .xq = is_float_type(w->type) ? NULL : xq, .y = y,
+                       .ys = ys, .accumulate = acc};
+    j->rows[i] = w->rows;
+    j->tile[i] = rl_mm_row_tile(w->type);
+    j->tiles[i] = (w->rows + j->tile[i] - 1) / j->tile[i];
+    j->total += j->tiles[i];
+}
+
+/* Quantizes S rows of n activations (row stride n) into c->xq when any matrix needs it. */
+static const rl_q8a *quant_act(rl_cpu *c, const float *x, size_t S, size_t n,
+                               const rl_matrix *w) {
+    if (c->exact || is_float_type(w->type)) return NULL;
+    for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * n, c->xq + s * c->xq_stride, n);
+    return c->xq;
+}
+
+/* ---- attention ---------------------------------------------------------------------------- */
+
+typedef struct att_job {
+    rl_cpu *c;
+    size_t layer, pos, S;
+} att_job;
+
+/* One (token, head) pair per work item: causal softmax attention over the cached positions. */
+static void att_worker(void *ctx, size_t ith, size_t nth) {
+    att_job *j = ctx;
+    rl_cpu *c = j->c;
+    const rl_config *cfg = &c->m->cfg;
+    size_t hd = cfg->head_dim, group = cfg->n_head / cfg->n_head_kv;
+    size_t items = j->S * cfg->n_head;
+    float scale = 1.0f / sqrtf((float)hd);
+    float *att = c->att + ith * c->n_ctx;
+    const uint16_t *kl = c->kc + j->layer * c->n_ctx * c->kv_dim;
+    const uint16_t *vl = c->vc + j->layer * c->n_ctx * c->kv_dim;
+    for (size_t it = items * ith / nth; it < items * (ith + 1) / nth; it++) {
+        size_t s = it / cfg->n_head, h = it % cfg->n_head, kvh = h / group;
+        size_t n_pos = j->pos + s + 1;
+        const float *q = c->q + s * c->q_dim + h * hd;
+        float mx = -INFINITY;
+        for (size_t p = 0; p < n_pos; p++) {
+            att[p] = dot_f16(q, kl + p * c->kv_dim + kvh * hd, hd) * scale;
+            if (att[p] > mx) mx = att[p];
+        }
+        float sum = 0;
+        for (size_t p = 0; p < n_pos; p++) {
+            att[p] = expf(att[p] - mx);
+            sum += att[p];
+        }
+        float *out = c->xb + s * c->q_dim + h * hd;
+        memset(out, 0, hd * sizeof(float));
+        float inv = 1.0f / sum;
+        for (size_t p = 0; p < n_pos; p++)
+            axpy_f16(out, att[p] * inv, vl + p * c->kv_dim + kvh * hd, hd);
+    }
+}
+
+/* ---- the forward pass ---------------------------------------------------------------------- */
+
+static void run_job(rl_cpu *c, mm_job *j) { rl_pool_run(c->pool, mm_worker, j); }
+
+static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, float *logits,
+                          bool all_logits) {
+    const rl_model *m = c->m;
+    const rl_config *cfg = &m->cfg;
+    size_t D = cfg->n_embd, F = cfg->n_ff, hd = cfg->head_dim;
+
+    for (size_t s = 0; s < S; s++)
+        rl_dequant_row(m->tok_embd.type,
+                       (const uint8_t *)m->tok_embd.data + (size_t)tok[s] * m->tok_embd.row_bytes,
+                       c->x + s * D, D);
+
+    for (size_t l = 0; l < cfg->n_layer; l++) {
+        const rl_layer *L = &m->layers[l];
+        /* attention: x += Wo · attn(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)) */
+        for (size_t s = 0; s < S; s++)
+            rmsnorm(c->xb + s * D, c->x + s * D, L->attn_norm, D, cfg->norm_eps);
+        const rl_q8a *xq = quant_act(c, c->xb, S, D, &L->wq);
+        mm_job qkv = {0};
+        job_add(&qkv, &L->wq, c->xb, xq, S, c->q, c->q_dim, false);
+        job_add(&qkv, &L->wk, c->xb, xq, S, c->k, c->kv_dim, false);
+        job_add(&qkv, &L->wv, c->xb, xq, S, c->v, c->kv_dim, false);
+        run_job(c, &qkv);
+
+        for (size_t s = 0; s < S; s++) {
+            float *q = c->q + s * c->q_dim, *k = c->k + s * c->kv_dim, *v = c->v + s * c->kv_dim;
+            if (L->bq) {
+                for (size_t i = 0; i < c->q_dim; i++) q[i] += L->bq[i];
+                for (size_t i = 0; i < c->kv_dim; i++) k[i] += L->bk[i];
+                for (size_t i = 0; i < c->kv_dim; i++) v[i] += L->bv[i];
+            }
+            for (size_t h = 0; h < cfg->n_head; h++) {
+                if (L->q_norm) rmsnorm(q + h * hd, q + h * hd, L->q_norm, hd, cfg->norm_eps);
+                rope(q + h * hd, pos + s, c->inv_freq, cfg->rope_dim, cfg->rope_neox);
+            }
+            for (size_t h = 0; h < cfg->n_head_kv; h++) {
+                if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, cfg->norm_eps);
+                rope(k + h * hd, pos + s, c->inv_freq, cfg->rope_dim, cfg->rope_neox);
+            }
+            size_t off = (l * c->n_ctx + pos + s) * c->kv_dim;
+            rl_f32_to_f16_row(k, c->kc + off, c->kv_dim);
+            rl_f32_to_f16_row(v, c->vc + off, c->kv_dim);
+        }
+        att_job aj = {c, l, pos, S};
+        rl_pool_run(c->pool, att_worker, &aj);
+
+        xq = quant_act(c, c->xb, S, c->q_dim, &L->wo);
+        mm_job o = {0};
+        job_add(&o, &L->wo, c->xb, xq, S, c->x, D, true);
+        run_job(c, &o);
+
+        /* feed-forward: x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x)) */
+        for (size_t s = 0; s < S; s++)
+            rmsnorm(c->xb + s * D, c->x + s * D, L->ffn_norm, D, cfg->norm_eps);
+        xq = quant_act(c, c->xb, S, D, &L->w_gate);
+        mm_job gu = {0};
+        job_add(&gu, &L->w_gate, c->xb, xq, S, c->hb, F, false);
+        job_add(&gu, &L->w_up, c->xb, xq, S, c->hb2, F, false);
+        run_job(c, &gu);
+        for (size_t i = 0; i < S * F; i++) {
+            float g = c->hb[i];
+            c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
+        }
+        xq = quant_act(c, c->hb, S, F, &L->w_down);
+        mm_job dn = {0};
+        job_add(&dn, &L->w_down, c->hb, xq, S, c->x, D, true);
+        run_job(c, &dn);
+    }
+
+    if (!logits) return;
+    size_t first = all_logits ? 0 : S - 1, n_out = S - first;
+    for (size_t s = first; s < S; s++)
+        rmsnorm(c->xb + (s - first) * D, c->x + s * D, m->output_norm, D, cfg->norm_eps);
+    const rl_q8a *xq = quant_act(c, c->xb, n_out, D, &m->output);
+    mm_job out = {0};
+    job_add(&out, &m->output, c->xb, xq, n_out, logits, cfg->n_vocab, false);
+    run_job(c, &out);
+}
+
+int rl_cpu_forward(rl_cpu *c, const int32_t *tokens, size_t S, size_t pos, float *logits,
+                   bool all_logits, rl_err *e) {
+    const rl_config *cfg = &c->m->cfg;
+    if (S == 0) return rl_fail(e, "forward: no tokens");
+    if (pos > c->n_ctx || S > c->n_ctx - pos)
+        return rl_fail(e, "context full: %zu tokens at position %zu exceed the context of %zu "
+                       "tokens (use a larger -c)", S, pos, c->n_ctx);
+    for (size_t i = 0; i < S; i++)
+        if (tokens[i] < 0 || (size_t)tokens[i] >= cfg->n_vocab)
+            return rl_fail(e, "token id %d at index %zu is out of range [0, %zu)", tokens[i], i,
+                           cfg->n_vocab);
+    for (size_t done = 0; done < S;) {
+        size_t n = S - done < c->max_batch ? S - done : c->max_batch;
+        bool last = done + n == S;
+        float *lg = NULL;
+        if (logits && all_logits) lg = logits + done * cfg->n_vocab;
+        else if (logits && last) lg = logits;
+        forward_chunk(c, tokens + done, n, pos + done, lg, all_logits);
+        done += n;
+    }
+    return 0;
+}

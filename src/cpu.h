@@ -1,0 +1,36 @@
+/* CPU backend: the forward pass over a batch of S tokens with an f16 KV cache. */
+#ifndef RL_CPU_H
+#define RL_CPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+
+typedef struct rl_cpu_opts {
+    size_t n_threads;  /* 0 = number of online CPUs */
+    size_t n_ctx;      /* KV cache capacity in tokens; 0 = min(model context, 4096) */
+    size_t max_batch;  /* tokens per forward chunk; 0 = 64 */
+    bool exact;        /* fp32 activations everywhere (no 8-bit activation fast path) */
+} rl_cpu_opts;
+
+typedef struct rl_cpu rl_cpu;
+
+int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e);
+void rl_cpu_free(rl_cpu *c);
+size_t rl_cpu_n_ctx(const rl_cpu *c);
+size_t rl_cpu_n_threads(const rl_cpu *c);
+/* Bytes the KV cache occupies / one decode step at position pos reads from it. */
+size_t rl_cpu_kv_bytes(const rl_cpu *c);
+size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos);
+
+/* Feeds tokens[0..S) at positions pos..pos+S-1, filling the KV cache. Writes logits of every
+ * token ([S][n_vocab]) when all_logits, else only of the last one ([n_vocab]); logits may be
+ * NULL to skip the output head. Fails when pos + S exceeds the context or an id is out of
+ * range; the cache is left as it was before the call's first bad position. */
+int rl_cpu_forward(rl_cpu *c, const int32_t *tokens, size_t S, size_t pos, float *logits,
+                   bool all_logits, rl_err *e);
+
+#endif

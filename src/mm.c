@@ -1,0 +1,514 @@
+/* Matmul kernels: the best SIMD level of the build (compile-time: -march picks it), with the
+ * scalar reference from quant.c as the fallback.
+ *
+ * AVX2 layout of the work:
+ *  - fast path, Q8_0 / Q4_0: register tiles of R weight rows x C activation columns; every
+ *    weight block is loaded and unpacked once per tile and reused for the C columns, every
+ *    activation block once and reused for the R rows. Integer dots use the abs/sign trick so
+ *    maddubs (unsigned x signed) can take two signed operands.
+ *  - fast path, K-quants: per row, each 256-value super-block is unpacked once into int8 in
+ *    L1 and dotted against all columns.
+ *  - exact path (fp32 activations; always for F32/F16/BF16): up to 4 rows are dequantized a
+ *    256-value chunk at a time into L1, then dotted against each column with the x loads shared
+ *    by the 4 rows. Partial sums go straight into y, so no per-call buffer scales with S. */
+#include "quant.h"
+
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define RL_MM_AVX2 1
+#include <immintrin.h>
+#endif
+
+#define AINLINE static inline __attribute__((always_inline))
+/* small constant-trip loops over tile rows/columns must unroll so their arrays live in
+ * registers; -O2 alone does not do it */
+#define RL_UNROLL _Pragma("GCC unroll 8")
+
+#ifdef RL_MM_AVX2
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+AINLINE float ld_h(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+AINLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+AINLINE void put(const rl_mm *m, size_t s, size_t r, float v, bool add) {
+    float *y = m->y + s * m->ys + r;
+    *y = add ? *y + v : v;
+}
+
+/* 32 signed int8 weights times 32 signed int8 activations, summed in pairs of 8 int32 lanes:
+ * maddubs needs an unsigned left operand, so the weight's sign moves onto the activation. */
+AINLINE __m256i dot_i8(__m256i wabs, __m256i w, __m256i a) {
+    __m256i p = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(a, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* ---- fp16 rows ---------------------------------------------------------------------------- */
+
+static void f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
+}
+
+static void f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = rl_f32_to_f16(src[i]);
+}
+
+/* ---- exact path: SIMD dequantization of a chunk ------------------------------------------ */
+
+/* Unpacked 32-value groups of each weight type (signed int8 where the type is symmetric). */
+AINLINE __m256i q4_0_vals(const uint8_t *b) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    v = _mm256_and_si256(v, _mm256_set1_epi8(0xF));
+    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+}
+
+AINLINE __m256i q8_0_vals(const uint8_t *b) {
+    return _mm256_loadu_si256((const __m256i *)(b + 2));
+}
+
+/* Q4_K / Q5_K sub-block j (values 0..15 or 0..31) */
+AINLINE __m256i qk45_vals(const uint8_t *qs, const uint8_t *qh, size_t j) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * (j / 2)));
+    if (j % 2) v = _mm256_srli_epi16(v, 4);
+    v = _mm256_and_si256(v, _mm256_set1_epi8(0xF));
+    if (qh) {
+        __m256i bit = _mm256_set1_epi8((char)(1u << j));
+        __m256i h = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)qh), bit), bit);
+        v = _mm256_or_si256(v, _mm256_and_si256(h, _mm256_set1_epi8(16)));
+    }
+    return v;
+}
+
+/* Q6_K sub-block j of 32 values, signed (-32..31) */
+AINLINE __m256i q6k_vals(const uint8_t *b, size_t j) {
+    size_t h = j / 4, k = j % 4;
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(b + 64 * h + (k % 2) * 32));
+    if (k >= 2) lo = _mm256_srli_epi16(lo, 4);
+    lo = _mm256_and_si256(lo, _mm256_set1_epi8(0xF));
+    __m256i hi = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+    hi = _mm256_srli_epi16(hi, (int)(2 * k));
+    hi = _mm256_slli_epi16(_mm256_and_si256(hi, _mm256_set1_epi8(3)), 4);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+}
+
+/* 32 int8 -> 32 floats times d (one multiply per value, like the reference) */
+AINLINE void store_scaled(float *dst, __m256i q, __m256 d, __m256 sub) {
+    __m128i h[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+    RL_UNROLL
+    for (int i = 0; i < 2; i++) {
+        __m256 a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h[i]));
+        __m256 b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(h[i], 8)));
+        _mm256_storeu_ps(dst + 16 * i, _mm256_sub_ps(_mm256_mul_ps(d, a), sub));
+        _mm256_storeu_ps(dst + 16 * i + 8, _mm256_sub_ps(_mm256_mul_ps(d, b), sub));
+    }
+}
+
+static void scale_min_k4(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Dequantizes len values (a multiple of the block size, at most 256) starting at block
+ * pointer b. Same products as the reference, so results are bit-identical to it. */
+static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t len) {
+    const __m256 zero = _mm256_setzero_ps();
+    switch (type) {
+    case RL_F16:
+        f16_to_f32_row((const uint16_t *)b, dst, len);
+        return;
+    case RL_BF16: {
+        size_t i = 0;
+        for (; i + 8 <= len; i += 8) {
+            __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(b + 2 * i)));
+            _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+        }
+        for (; i < len; i++) dst[i] = rl_bf16_to_f32((uint16_t)(b[2 * i] | (b[2 * i + 1] << 8)));
+        return;
+    }
+    case RL_Q8_0:
+        for (size_t i = 0; i < len / 32; i++, b += 34) store_scaled(dst + 32 * i, q8_0_vals(b), _mm256_set1_ps(ld_h(b)), zero);
+        return;
+    case RL_Q4_0:
+        for (size_t i = 0; i < len / 32; i++, b += 18) store_scaled(dst + 32 * i, q4_0_vals(b), _mm256_set1_ps(ld_h(b)), zero);
+        return;
+    case RL_Q4_K:
+    case RL_Q5_K: {
+        float d = ld_h(b), dmin = ld_h(b + 2);
+        const uint8_t *qh = type == RL_Q5_K ? b + 16 : NULL, *qs = type == RL_Q5_K ? b + 48 : b + 16;
+        RL_UNROLL
+        for (size_t j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            scale_min_k4(j, b + 4, &sc, &m);
+            store_scaled(dst + 32 * j, qk45_vals(qs, qh, j), _mm256_set1_ps(d * sc), _mm256_set1_ps(dmin * m));
+        }
+        return;
+    }
+    case RL_Q6_K: {
+        float d = ld_h(b + 208);
+        const int8_t *sc = (const int8_t *)(b + 192);
+        RL_UNROLL
+        for (size_t j = 0; j < 8; j++) {
+            __m256i q = q6k_vals(b, j);
+            __m256 d0 = _mm256_set1_ps(d * sc[2 * j]), d1 = _mm256_set1_ps(d * sc[2 * j + 1]);
+            __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+            float *o = dst + 32 * j;
+            _mm256_storeu_ps(o, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+            _mm256_storeu_ps(o + 8, _mm256_mul_ps(d0, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+            _mm256_storeu_ps(o + 16, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+            _mm256_storeu_ps(o + 24, _mm256_mul_ps(d1, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+        }
+        return;
+    }
+    default:
+        rl_dequant_row(type, b, dst, len);
+        return;
+    }
+}
+
+/* NR rows (pointers p[k] to len floats) dotted with one column x; two accumulators per row. */
+AINLINE void dots_n(const float *const *p, const float *x, size_t len, float *out, const int NR) {
+    __m256 a0[4], a1[4];
+    RL_UNROLL
+    for (int k = 0; k < NR; k++) a0[k] = a1[k] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        __m256 x0 = _mm256_loadu_ps(x + i), x1 = _mm256_loadu_ps(x + i + 8);
+        RL_UNROLL
+        for (int k = 0; k < NR; k++) {
+            a0[k] = _mm256_fmadd_ps(_mm256_loadu_ps(p[k] + i), x0, a0[k]);
+            a1[k] = _mm256_fmadd_ps(_mm256_loadu_ps(p[k] + i + 8), x1, a1[k]);
+        }
+    }
+    RL_UNROLL
+    for (int k = 0; k < NR; k++) {
+        float v = hsum(_mm256_add_ps(a0[k], a1[k]));
+        for (size_t t = i; t < len; t++) v += p[k][t] * x[t];
+        out[k] = v;
+    }
+}
+
+static void exact_rows(const rl_mm *m, size_t r0, size_t r1) {
+    enum { CH = RL_QK_K, NR = 4 };
+    _Alignas(32) float buf[NR][CH];
+    const rl_type_info *ti = rl_type_get(m->type);
+    size_t chunk_bytes = CH / ti->blck * ti->size;
+    for (size_t r = r0; r < r1; r += NR) {
+        size_t nr = r1 - r < NR ? r1 - r : NR;
+        for (size_t i0 = 0; i0 < m->n; i0 += CH) {
+            size_t len = m->n - i0 < CH ? m->n - i0 : CH;
+            const float *p[NR];
+            for (size_t k = 0; k < nr; k++) {
+                const uint8_t *w = (const uint8_t *)m->w + (r + k) * m->row_bytes + i0 / CH * chunk_bytes;
+                if (m->type == RL_F32) {
+                    p[k] = (const float *)w;
+                } else {
+                    dequant_chunk(m->type, w, buf[k], len);
+                    p[k] = buf[k];
+                }
+            }
+            bool add = i0 > 0 || m->accumulate;
+            for (size_t s = 0; s < m->S; s++) {
+                float out[NR];
+                const float *x = m->x + s * m->n + i0;
+                switch (nr) {
+                case 4: dots_n(p, x, len, out, 4); break;
+                case 3: dots_n(p, x, len, out, 3); break;
+                case 2: dots_n(p, x, len, out, 2); break;
+                default: dots_n(p, x, len, out, 1); break;
+                }
+                for (size_t k = 0; k < nr; k++) put(m, s, r + k, out[k], add);
+            }
+        }
+    }
+}
+
+/* ---- fast path: Q8_0 / Q4_0 tiles --------------------------------------------------------- */
+
+typedef unsigned short v8hu __attribute__((vector_size(16)));
+typedef float v8sf __attribute__((vector_size(32)));
+
+/* fp16 scales of 8 consecutive blocks (stride bytes apart) as 8 floats: one conversion per 8
+ * blocks instead of one per block. */
+AINLINE __m256 ld_h8(const uint8_t *p, size_t stride) {
+    v8hu v = {0};
+    RL_UNROLL
+    for (int j = 0; j < 8; j++) {
+        uint16_t h;
+        memcpy(&h, p + (size_t)j * stride, sizeof h);
+        v[j] = h;
+    }
+    return _mm256_cvtph_ps((__m128i)v);
+}
+
+/* Q4_0 nibbles as unsigned 0..15; the -8 is applied through the activation sums s. */
+AINLINE __m256i q4_0_uvals(const uint8_t *b) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0xF));
+}
+
+/* One block of R rows x C columns. The caller supplies the per-(row, column) scale dw*da. */
+AINLINE void blk_q(const uint8_t *const *w, const rl_q8a *const *a, size_t b, const float *sc, size_t scs,
+                   __m256 acc[4][4], const int R, const int C, const int q4) {
+    const size_t bs = q4 ? 18 : 34;
+    __m256i wq[4], wa[4];
+    RL_UNROLL
+    for (int k = 0; k < R; k++) {
+        const uint8_t *blk = w[k] + b * bs;
+        if (q4) {
+            wq[k] = q4_0_uvals(blk);
+        } else {
+            wq[k] = q8_0_vals(blk);
+            wa[k] = _mm256_sign_epi8(wq[k], wq[k]);
+        }
+    }
+    RL_UNROLL
+    for (int c = 0; c < C; c++) {
+        __m256i aq = _mm256_loadu_si256((const __m256i *)a[c][b].qs);
+        RL_UNROLL
+        for (int k = 0; k < R; k++) {
+            __m256i p = q4 ? _mm256_maddubs_epi16(wq[k], aq) : _mm256_maddubs_epi16(wa[k], _mm256_sign_epi8(aq, wq[k]));
+            __m256 v = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+            acc[k][c] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(sc + (size_t)(k * C + c) * scs), acc[k][c]);
+        }
+    }
+}
+
+/* R rows starting at r times C columns starting at s; q4 selects the weight format.
+ * Blocks go in groups of 8 so the scale products are formed 8 at a time in a small table. */
+AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C, const int q4) {
+    const size_t bs = q4 ? 18 : 34, nb = m->n / RL_QK;
+    const uint8_t *w[4];
+    const rl_q8a *a[4];
+    __m256 acc[4][4], off[4][4];
+    RL_UNROLL
+    for (int k = 0; k < R; k++) w[k] = (const uint8_t *)m->w + (r + (size_t)k) * m->row_bytes;
+    RL_UNROLL
+    for (int c = 0; c < C; c++) a[c] = m->xq + (s + (size_t)c) * nb;
+    RL_UNROLL
+    for (int k = 0; k < R; k++) {
+        RL_UNROLL
+        for (int c = 0; c < C; c++) acc[k][c] = off[k][c] = _mm256_setzero_ps();
+    }
+    size_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        _Alignas(32) float sc[4 * 4][8];
+        __m256 dw[4];
+        RL_UNROLL
+        for (int k = 0; k < R; k++) {
+            _mm_prefetch((const char *)(w[k] + b * bs) + 8 * bs * 4, _MM_HINT_T0);
+            dw[k] = ld_h8(w[k] + b * bs, bs);
+        }
+        RL_UNROLL
+        for (int c = 0; c < C; c++) {
+            v8sf da, sa;
+            RL_UNROLL
+            for (int j = 0; j < 8; j++) {
+                da[j] = a[c][b + (size_t)j].d;
+                sa[j] = a[c][b + (size_t)j].s;
+            }
+            RL_UNROLL
+            for (int k = 0; k < R; k++) {
+                _mm256_store_ps(sc[k * C + c], _mm256_mul_ps(dw[k], (__m256)da));
+                if (q4) off[k][c] = _mm256_fmadd_ps(dw[k], (__m256)sa, off[k][c]);
+            }
+        }
+        for (size_t j = 0; j < 8; j++) blk_q(w, a, b + j, &sc[0][j], 8, acc, R, C, q4);
+    }
+    for (; b < nb; b++) {
+        float sc[4 * 4];
+        RL_UNROLL
+        for (int k = 0; k < R; k++) {
+            float d = ld_h(w[k] + b * bs);
+            RL_UNROLL
+            for (int c = 0; c < C; c++) {
+                sc[k * C + c] = d * a[c][b].d;
+                if (q4) off[k][c] = _mm256_add_ps(off[k][c], _mm256_setr_ps(d * a[c][b].s, 0, 0, 0, 0, 0, 0, 0));
+            }
+        }
+        blk_q(w, a, b, sc, 1, acc, R, C, q4);
+    }
+    RL_UNROLL
+    for (int k = 0; k < R; k++) {
+        RL_UNROLL
+        for (int c = 0; c < C; c++) {
+            float v = hsum(acc[k][c]);
+            if (q4) v -= 8 * hsum(off[k][c]);
+            put(m, s + (size_t)c, r + (size_t)k, v, m->accumulate);
+        }
+    }
+}
+
+/* Tile shape: decode (S=1) streams 4 rows against one activation row; prefill uses 2x4,
+ * which keeps 8 accumulators + 4 weight registers + temporaries inside the 16 ymm. */
+#define TR1 4
+#define TR 2
+#define TC 4
+
+AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int q4) {
+    size_t r = r0;
+    if (m->S == 1) {
+        for (; r + TR1 <= r1; r += TR1) tile_q(m, r, 0, TR1, 1, q4);
+        for (; r < r1; r++) tile_q(m, r, 0, 1, 1, q4);
+        return;
+    }
+    for (; r + TR <= r1; r += TR) {
+        size_t s = 0;
+        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, TR, TC, q4);
+        for (; s < m->S; s++) tile_q(m, r, s, TR, 1, q4);
+    }
+    for (; r < r1; r++) {
+        size_t s = 0;
+        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, 1, TC, q4);
+        for (; s < m->S; s++) tile_q(m, r, s, 1, 1, q4);
+    }
+}
+
+/* ---- fast path: K-quants ------------------------------------------------------------------- */
+
+/* One super-block unpacked: 8 groups of 32 int8 values plus per-group factors.
+ * Q4_K/Q5_K: values unsigned, scale sc[j] (int), min term mn[j] = dmin*m[j] (subtracted times s).
+ * Q6_K: values signed, two int8 scales per group (one per 16 values). */
+typedef struct kblock {
+    __m256i q[8];
+    __m256i sc[8]; /* int16 multipliers for madd */
+    float mn[8];
+    float d;
+} kblock;
+
+AINLINE void unpack_k(uint32_t type, const uint8_t *b, kblock *kb) {
+    if (type == RL_Q6_K) {
+        const int8_t *sc = (const int8_t *)(b + 192);
+        kb->d = ld_h(b + 208);
+        RL_UNROLL
+        for (size_t j = 0; j < 8; j++) {
+            kb->q[j] = q6k_vals(b, j);
+            kb->sc[j] = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]), _mm_set1_epi16(sc[2 * j]));
+            kb->mn[j] = 0;
+        }
+        return;
+    }
+    float dmin = ld_h(b + 2);
+    const uint8_t *qh = type == RL_Q5_K ? b + 16 : NULL, *qs = type == RL_Q5_K ? b + 48 : b + 16;
+    kb->d = ld_h(b);
+    RL_UNROLL
+    for (size_t j = 0; j < 8; j++) {
+        uint8_t sc, mm;
+        scale_min_k4(j, b + 4, &sc, &mm);
+        kb->q[j] = qk45_vals(qs, qh, j);
+        kb->sc[j] = _mm256_set1_epi16(sc);
+        kb->mn[j] = dmin * mm;
+    }
+}
+
+AINLINE float dot_k(const kblock *kb, const rl_q8a *a, const int signed_q) {
+    __m256 acc = _mm256_setzero_ps();
+    float mins = 0;
+    RL_UNROLL
+    for (size_t j = 0; j < 8; j++) {
+        __m256i aq = _mm256_loadu_si256((const __m256i *)a[j].qs);
+        __m256i p = signed_q ? _mm256_maddubs_epi16(_mm256_sign_epi8(kb->q[j], kb->q[j]), _mm256_sign_epi8(aq, kb->q[j]))
+                             : _mm256_maddubs_epi16(kb->q[j], aq);
+        __m256 v = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, kb->sc[j]));
+        acc = _mm256_fmadd_ps(v, _mm256_set1_ps(kb->d * a[j].d), acc);
+        mins += kb->mn[j] * a[j].s;
+    }
+    return hsum(acc) - mins;
+}
+
+AINLINE void rows_k(const rl_mm *m, size_t r0, size_t r1, uint32_t type) {
+    const rl_type_info *ti = rl_type_get(type);
+    size_t nsb = m->n / RL_QK_K, nb = m->n / RL_QK;
+    kblock kb;
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)m->w + r * m->row_bytes;
+        for (size_t i = 0; i < nsb; i++) {
+            unpack_k(type, w + i * ti->size, &kb);
+            bool add = i > 0 || m->accumulate;
+            for (size_t s = 0; s < m->S; s++) {
+                float v = dot_k(&kb, m->xq + s * nb + 8 * i, type == RL_Q6_K);
+                put(m, s, r, v, add);
+            }
+        }
+    }
+}
+
+static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
+    if (m->xq == NULL || m->type == RL_F32 || m->type == RL_F16 || m->type == RL_BF16) {
+        exact_rows(m, r0, r1);
+        return;
+    }
+    switch (m->type) {
+    case RL_Q8_0: rows_q(m, r0, r1, 0); return;
+    case RL_Q4_0: rows_q(m, r0, r1, 1); return;
+    case RL_Q4_K: rows_k(m, r0, r1, RL_Q4_K); return;
+    case RL_Q5_K: rows_k(m, r0, r1, RL_Q5_K); return;
+    case RL_Q6_K: rows_k(m, r0, r1, RL_Q6_K); return;
+    default: rl_mm_rows_ref(m, r0, r1); return;
+    }
+}
+
+#endif /* RL_MM_AVX2 */
+
+/* ---- public entry points ------------------------------------------------------------------ */
+
+void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
+#ifdef RL_MM_AVX2
+    mm_rows_avx2(m, r0, r1);
+#else
+    rl_mm_rows_ref(m, r0, r1);
+#endif
+}
+
+size_t rl_mm_row_tile(uint32_t type) {
+    (void)type;
+    return 4;
+}
+
+const char *rl_simd_name(void) {
+#ifdef RL_MM_AVX2
+    return "avx2";
+#else
+    return "scalar";
+#endif
+}
+
+void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
+#ifdef RL_MM_AVX2
+    f16_to_f32_row(src, dst, n);
+#else
+    for (size_t i = 0; i < n; i++) dst[i] = rl_f16_to_f32(src[i]);
+#endif
+}
+
+void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
+#ifdef RL_MM_AVX2
+    f32_to_f16_row(src, dst, n);
+#else
+    for (size_t i = 0; i < n; i++) dst[i] = rl_f32_to_f16(src[i]);
+#endif
+}

@@ -1,0 +1,498 @@
+/* Scalar weight formats: fp16/bf16 conversion, reference dequantization and quantization, the
+ * activation quantizer of the fast path, and the scalar matmul every SIMD kernel is tested
+ * against. Block layouts follow ggml-common.h; the dequantizers keep ggml's operation order
+ * (scale products first, then one multiply per element) so results match the gguf Python
+ * package bit for bit. This file is compiled with -std=c11, which keeps GCC from contracting
+ * a*b-c into an FMA (that would change the low bits against the oracle). */
+#include "quant.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- fp16 / bf16 ---------------------------------------------------------------------- */
+
+static inline uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+float rl_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t mant = h & 0x3ff;
+    if (exp == 0) {
+        /* zero or subnormal: mant * 2^-24 is exact in fp32 */
+        float v = (float)mant * 0x1p-24f;
+        return sign ? -v : v;
+    }
+    if (exp == 31) return bits_f32(sign | 0x7f800000u | (mant << 13));
+    return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t rl_f32_to_f16(float f) {
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    x &= 0x7fffffffu;
+    if (x >= 0x7f800000u) {
+        /* NaN stays NaN (quiet bit set, top payload kept, as F16C does); Inf stays Inf */
+        if (x > 0x7f800000u) return (uint16_t)(sign | 0x7e00 | ((x >> 13) & 0x3ff));
+        return (uint16_t)(sign | 0x7c00);
+    }
+    /* 65520 and up round (to even) past the largest half, 65504 */
+    if (x >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);
+    if (x < 0x38800000u) {
+        /* Result is subnormal: adding 0.5 puts the value at the fp32 exponent whose ulp is
+         * 2^-24, the half subnormal step, so the FPU performs the round-to-nearest-even. */
+        float v = bits_f32(x) + 0.5f;
+        return (uint16_t)(sign | (f32_bits(v) - 0x3f000000u));
+    }
+    /* Rebias the exponent (127 -> 15) and round the 13 dropped bits to nearest even; a
+     * mantissa carry moves into the exponent, which is the right result. */
+    uint32_t odd = (x >> 13) & 1;
+    x += 0xc8000fffu + odd;
+    return (uint16_t)(sign | (x >> 13));
+}
+
+float rl_bf16_to_f32(uint16_t h) {
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t rl_f32_to_bf16(float f) {
+    uint32_t x = f32_bits(f);
+    /* as ggml: NaNs become quiet NaNs, everything else rounds to nearest even */
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+/* ---- block layouts (ggml-common.h) ---------------------------------------------------- */
+
+/* The blocks are read byte-wise through these offsets rather than through structs, so no
+ * alignment is assumed (Q8_0 blocks are 34 bytes, rows start anywhere). */
+static inline float ld_f16(const uint8_t *p) {
+    return rl_f16_to_f32((uint16_t)(p[0] | (p[1] << 8)));
+}
+
+static inline void st_f16(uint8_t *p, float f) {
+    uint16_t h = rl_f32_to_f16(f);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* Q4_K / Q5_K: 8 six-bit scales and mins packed in 12 bytes. */
+static inline void scale_min_k4(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+/* Q4_K: [0,2) d  [2,4) dmin  [4,16) scales  [16,144) qs */
+static void deq_q4_k(const uint8_t *b, float *y) {
+    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    const uint8_t *sc = b + 4, *q = b + 16;
+    for (size_t j = 0, is = 0; j < RL_QK_K; j += 64, is += 2) {
+        uint8_t s, m;
+        scale_min_k4(is, sc, &s, &m);
+        float d1 = d * s, m1 = dmin * m;
+        scale_min_k4(is + 1, sc, &s, &m);
+        float d2 = d * s, m2 = dmin * m;
+        for (size_t l = 0; l < 32; l++) y[j + l] = d1 * (q[l] & 0xF) - m1;
+        for (size_t l = 0; l < 32; l++) y[j + 32 + l] = d2 * (q[l] >> 4) - m2;
+        q += 32;
+    }
+}
+
+/* Q5_K: [0,2) d  [2,4) dmin  [4,16) scales  [16,48) qh  [48,176) qs; bit k of qh[l] is the
+ * fifth bit of element l of sub-block k. */
+static void deq_q5_k(const uint8_t *b, float *y) {
+    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    const uint8_t *sc = b + 4, *qh = b + 16, *q = b + 48;
+    for (size_t j = 0, is = 0; j < RL_QK_K; j += 64, is += 2) {
+        uint8_t s, m;
+        scale_min_k4(is, sc, &s, &m);
+        float d1 = d * s, m1 = dmin * m;
+        scale_min_k4(is + 1, sc, &s, &m);
+        float d2 = d * s, m2 = dmin * m;
+        for (size_t l = 0; l < 32; l++)
+            y[j + l] = d1 * ((q[l] & 0xF) + (((qh[l] >> is) & 1) << 4)) - m1;
+        for (size_t l = 0; l < 32; l++)
+            y[j + 32 + l] = d2 * ((q[l] >> 4) + (((qh[l] >> (is + 1)) & 1) << 4)) - m2;
+        q += 32;
+    }
+}
+
+/* Q6_K: [0,128) ql  [128,192) qh  [192,208) int8 scales  [208,210) d */
+static void deq_q6_k(const uint8_t *b, float *y) {
+    float d = ld_f16(b + 208);
+    const uint8_t *ql = b, *qh = b + 128;
+    const int8_t *sc = (const int8_t *)(b + 192);
+    for (size_t n = 0; n < RL_QK_K; n += 128) {
+        for (size_t l = 0; l < 32; l++) {
+            size_t is = l / 16;
+            int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[n + l] = d * sc[is] * q1;
+            y[n + l + 32] = d * sc[is + 2] * q2;
+            y[n + l + 64] = d * sc[is + 4] * q3;
+            y[n + l + 96] = d * sc[is + 6] * q4;
+        }
+        ql += 64;
+        qh += 32;
+        sc += 8;
+    }
+}
+
+void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n) {
+    const uint8_t *b = src;
+    switch (type) {
+    case RL_F32:
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    case RL_F16:
+        for (size_t i = 0; i < n; i++) dst[i] = ld_f16(b + 2 * i);
+        return;
+    case RL_BF16:
+        for (size_t i = 0; i < n; i++) dst[i] = rl_bf16_to_f32((uint16_t)(b[2 * i] | (b[2 * i + 1] << 8)));
+        return;
+    case RL_Q8_0:
+        for (size_t i = 0; i < n / RL_QK; i++, b += 34) {
+            float d = ld_f16(b);
+            for (size_t j = 0; j < RL_QK; j++) dst[i * RL_QK + j] = d * (int8_t)b[2 + j];
+        }
+        return;
+    case RL_Q4_0:
+        for (size_t i = 0; i < n / RL_QK; i++, b += 18) {
+            float d = ld_f16(b);
+            float *y = dst + i * RL_QK;
+            for (size_t j = 0; j < RL_QK / 2; j++) {
+                y[j] = d * ((b[2 + j] & 0xF) - 8);
+                y[j + RL_QK / 2] = d * ((b[2 + j] >> 4) - 8);
+            }
+        }
+        return;
+    case RL_Q4_K:
+        for (size_t i = 0; i < n / RL_QK_K; i++) deq_q4_k(b + i * 144, dst + i * RL_QK_K);
+        return;
+    case RL_Q5_K:
+        for (size_t i = 0; i < n / RL_QK_K; i++) deq_q5_k(b + i * 176, dst + i * RL_QK_K);
+        return;
+    case RL_Q6_K:
+        for (size_t i = 0; i < n / RL_QK_K; i++) deq_q6_k(b + i * 210, dst + i * RL_QK_K);
+        return;
+    default:
+        /* not computable: callers check rl_type_computable first; leave a visible result */
+        for (size_t i = 0; i < n; i++) dst[i] = NAN;
+        return;
+    }
+}
+
+/* ---- quantization --------------------------------------------------------------------- */
+
+static void quant_q8_0(const float *x, uint8_t *b) {
+    float amax = 0;
+    for (size_t j = 0; j < RL_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    float d = amax / 127;
+    float id = d != 0 ? 1.0f / d : 0.0f;
+    st_f16(b, d);
+    for (size_t j = 0; j < RL_QK; j++) b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+}
+
+static void quant_q4_0(const float *x, uint8_t *b) {
+    /* the signed value of largest magnitude (first one on ties) maps to -8 */
+    float amax = 0, max = 0;
+    for (size_t j = 0; j < RL_QK; j++) {
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    }
+    float d = max / -8;
+    float id = d != 0 ? 1.0f / d : 0.0f;
+    st_f16(b, d);
+    for (size_t j = 0; j < RL_QK / 2; j++) {
+        int lo = (int)(x[j] * id + 8.5f), hi = (int)(x[j + RL_QK / 2] * id + 8.5f);
+        lo = lo > 15 ? 15 : lo;
+        hi = hi > 15 ? 15 : hi;
+        b[2 + j] = (uint8_t)(lo | (hi << 4));
+    }
+}
+
+static inline int clampi(int v, int lo, int hi) {
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Asymmetric sub-block fit x ~ scale*q - min, q in [0, qmax], with min >= 0 (the K-quant
+ * convention). Starts from the range and tries a few narrower/wider steps, keeping the one
+ * with the least squared error: clipping a lone outlier often pays. */
+static void fit_asym(const float *x, size_t n, int qmax, float *scale, float *min) {
+    float lo = 0, hi = 0;
+    for (size_t i = 0; i < n; i++) {
+        lo = fminf(lo, x[i]);
+        hi = fmaxf(hi, x[i]);
+    }
+    *min = -lo;
+    *scale = hi > lo ? (hi - lo) / qmax : 0;
+    if (hi <= lo) return;
+    float best = INFINITY;
+    for (int step = -6; step <= 4; step++) {
+        float s = (hi - lo) / (qmax + step * 0.25f);
+        float e = 0;
+        for (size_t i = 0; i < n; i++) {
+            int q = clampi((int)lrintf((x[i] - lo) / s), 0, qmax);
+            float r = s * q + lo - x[i];
+            e += r * r;
+        }
+        if (e < best) {
+            best = e;
+            *scale = s;
+        }
+    }
+}
+
+/* Packs 8 six-bit scales and mins the way scale_min_k4 reads them. */
+static void pack_scale_min_k4(const uint8_t *sc, const uint8_t *m, uint8_t *q) {
+    for (size_t j = 0; j < 4; j++) {
+        q[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        q[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+    }
+}
+
+/* Q4_K and Q5_K share everything but the number of levels and where the fifth bit goes. */
+static void quant_k45(const float *x, uint8_t *b, int bits) {
+    int qmax = (1 << bits) - 1;
+    float scale[8], min[8], smax = 0, mmax = 0;
+    for (size_t j = 0; j < 8; j++) {
+        fit_asym(x + 32 * j, 32, qmax, &scale[j], &min[j]);
+        smax = fmaxf(smax, scale[j]);
+        mmax = fmaxf(mmax, min[j]);
+    }
+    float d = smax / 63, dmin = mmax / 63;
+    /* the stored (fp16) super-scales are what the decoder multiplies by */
+    st_f16(b, d);
+    st_f16(b + 2, dmin);
+    d = ld_f16(b);
+    dmin = ld_f16(b + 2);
+    uint8_t sc[8], m[8];
+    for (size_t j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(d > 0 ? clampi((int)lrintf(scale[j] / d), 0, 63) : 0);
+        m[j] = (uint8_t)(dmin > 0 ? clampi((int)lrintf(min[j] / dmin), 0, 63) : 0);
+    }
+    pack_scale_min_k4(sc, m, b + 4);
+    uint8_t *qh = bits == 5 ? b + 16 : NULL, *qs = bits == 5 ? b + 48 : b + 16;
+    if (qh) memset(qh, 0, 32);
+    for (size_t j = 0; j < 8; j++) {
+        float ds = d * sc[j], dm = dmin * m[j];
+        for (size_t l = 0; l < 32; l++) {
+            int q = ds > 0 ? clampi((int)lrintf((x[32 * j + l] + dm) / ds), 0, qmax) : 0;
+            /* sub-blocks 2k and 2k+1 share the bytes qs[32k..32k+32): low then high nibble */
+            uint8_t *p = qs + 32 * (j / 2) + l;
+            if (j % 2 == 0)
+                *p = (uint8_t)(q & 0xF);
+            else
+                *p |= (uint8_t)((q & 0xF) << 4);
+            if (qh) qh[l] |= (uint8_t)(((q >> 4) & 1) << j);
+        }
+    }
+}
+
+static void quant_q6_k(const float *x, uint8_t *b) {
+    /* per 16 values: symmetric scale with the largest-magnitude value mapped to -32 */
+    float scale[16], amax_s = 0, max_s = 0;
+    for (size_t j = 0; j < 16; j++) {
+        float amax = 0, max = 0;
+        for (size_t l = 0; l < 16; l++) {
+            float v = x[16 * j + l];
+            if (amax < fabsf(v)) {
+                amax = fabsf(v);
+                max = v;
+            }
+        }
+        scale[j] = max / -32;
+        if (amax_s < fabsf(scale[j])) {
+            amax_s = fabsf(scale[j]);
+            max_s = scale[j];
+        }
+    }
+    float d = max_s / -128;
+    st_f16(b + 208, d);
+    d = ld_f16(b + 208);
+    int8_t *sc = (int8_t *)(b + 192);
+    uint8_t *ql = b, *qh = b + 128;
+    memset(b, 0, 192);
+    for (size_t j = 0; j < 16; j++) sc[j] = (int8_t)(d != 0 ? clampi((int)lrintf(scale[j] / d), -128, 127) : 0);
+    for (size_t i = 0; i < RL_QK_K; i++) {
+        float ds = d * sc[i / 16];
+        int q = ds != 0 ? clampi((int)lrintf(x[i] / ds), -32, 31) + 32 : 32;
+        /* element i lives in half h, quarter k (which nibble / qh bit pair), lane l */
+        size_t h = i / 128, k = (i % 128) / 32, l = i % 32;
+        uint8_t *pl = ql + 64 * h + l + (k % 2) * 32;
+        *pl |= (uint8_t)((q & 0xF) << (k / 2 * 4));
+        qh[32 * h + l] |= (uint8_t)(((q >> 4) & 3) << (2 * k));
+    }
+}
+
+void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n) {
+    uint8_t *b = dst;
+    switch (type) {
+    case RL_F32:
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    case RL_F16:
+        for (size_t i = 0; i < n; i++) st_f16(b + 2 * i, src[i]);
+        return;
+    case RL_BF16:
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = rl_f32_to_bf16(src[i]);
+            b[2 * i] = (uint8_t)h;
+            b[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+        return;
+    case RL_Q8_0:
+        for (size_t i = 0; i < n / RL_QK; i++) quant_q8_0(src + i * RL_QK, b + i * 34);
+        return;
+    case RL_Q4_0:
+        for (size_t i = 0; i < n / RL_QK; i++) quant_q4_0(src + i * RL_QK, b + i * 18);
+        return;
+    case RL_Q4_K:
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, b + i * 144, 4);
+        return;
+    case RL_Q5_K:
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, b + i * 176, 5);
+        return;
+    case RL_Q6_K:
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_q6_k(src + i * RL_QK_K, b + i * 210);
+        return;
+    default:
+        return;
+    }
+}
+
+/* ---- fast-path activations ------------------------------------------------------------ */
+
+size_t rl_q8a_row_bytes(size_t n) {
+    return n / RL_QK * sizeof(rl_q8a);
+}
+
+void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
+    for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK) {
+        float amax = 0;
+        for (size_t j = 0; j < RL_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127, id = d != 0 ? 127 / amax : 0;
+        int sum = 0;
+        for (size_t j = 0; j < RL_QK; j++) {
+            /* round-to-nearest-even vectorizes; the rounding mode only needs to be fixed */
+            int q = (int)nearbyintf(x[j] * id);
+            dst[i].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        dst[i].d = d;
+        dst[i].s = d * (float)sum;
+    }
+}
+
+/* ---- scalar reference matmul ---------------------------------------------------------- */
+
+/* Fast-path reference: per weight block, an integer dot against the activation's int8 values,
+ * then the scales. Integer part is exact, so SIMD kernels differ only in float summation. */
+static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size_t n) {
+    float acc = 0;
+    switch (type) {
+    case RL_Q8_0:
+        for (size_t i = 0; i < n / RL_QK; i++, w += 34) {
+            int dot = 0;
+            for (size_t j = 0; j < RL_QK; j++) dot += (int8_t)w[2 + j] * a[i].qs[j];
+            acc += ld_f16(w) * a[i].d * (float)dot;
+        }
+        return acc;
+    case RL_Q4_0:
+        for (size_t i = 0; i < n / RL_QK; i++, w += 18) {
+            int dot = 0;
+            for (size_t j = 0; j < RL_QK / 2; j++)
+                dot += ((w[2 + j] & 0xF) - 8) * a[i].qs[j] + ((w[2 + j] >> 4) - 8) * a[i].qs[j + 16];
+            acc += ld_f16(w) * a[i].d * (float)dot;
+        }
+        return acc;
+    case RL_Q4_K:
+    case RL_Q5_K: {
+        size_t bs = type == RL_Q4_K ? 144 : 176;
+        for (size_t i = 0; i < n / RL_QK_K; i++, w += bs) {
+            float d = ld_f16(w), dmin = ld_f16(w + 2);
+            const uint8_t *qh = w + 16, *qs = type == RL_Q4_K ? w + 16 : w + 48;
+            const rl_q8a *ab = a + 8 * i;
+            for (size_t j = 0; j < 8; j++) {
+                uint8_t sc, m;
+                scale_min_k4(j, w + 4, &sc, &m);
+                int dot = 0;
+                for (size_t l = 0; l < 32; l++) {
+                    int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;
+                    if (type == RL_Q5_K) q |= ((qh[l] >> j) & 1) << 4;
+                    dot += q * ab[j].qs[l];
+                }
+                acc += d * ab[j].d * (float)(sc * dot) - dmin * m * ab[j].s;
+            }
+        }
+        return acc;
+    }
+    case RL_Q6_K:
+        for (size_t i = 0; i < n / RL_QK_K; i++, w += 210) {
+            float d = ld_f16(w + 208);
+            const int8_t *sc = (const int8_t *)(w + 192);
+            const rl_q8a *ab = a + 8 * i;
+            for (size_t j = 0; j < 8; j++) {
+                int dot = 0;
+                for (size_t l = 0; l < 32; l++) {
+                    size_t e = 32 * j + l, h = e / 128, k = (e % 128) / 32, ll = e % 32;
+                    int q = (w[64 * h + ll + (k % 2) * 32] >> (k / 2 * 4)) & 0xF;
+                    q |= ((w[128 + 32 * h + ll] >> (2 * k)) & 3) << 4;
+                    dot += sc[e / 16] * (q - 32) * ab[j].qs[l];
+                }
+                acc += d * ab[j].d * (float)dot;
+            }
+        }
+        return acc;
+    default:
+        return NAN;
+    }
+}
+
+static bool uses_fast_path(const rl_mm *m) {
+    return m->xq != NULL && m->type != RL_F32 && m->type != RL_F16 && m->type != RL_BF16;
+}
+
+void rl_mm_rows_ref(const rl_mm *m, size_t r0, size_t r1) {
+    /* exact path: dequantize a chunk at a time (no row-sized stack buffer); the dot still runs
+     * in index order with one accumulator, chunks just repeat per column */
+    float chunk[RL_QK_K];
+    bool fast = uses_fast_path(m);
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)m->w + r * m->row_bytes;
+        for (size_t s = 0; s < m->S; s++) {
+            float v = 0;
+            if (fast) {
+                v = ref_fast_dot(m->type, w, m->xq + s * (m->n / RL_QK), m->n);
+            } else {
+                const float *x = m->x + s * m->n;
+                for (size_t i0 = 0; i0 < m->n; i0 += RL_QK_K) {
+                    size_t len = m->n - i0 < RL_QK_K ? m->n - i0 : RL_QK_K;
+                    rl_dequant_row(m->type, w + rl_row_bytes(m->type, i0), chunk, len);
+                    for (size_t i = 0; i < len; i++) v += chunk[i] * x[i0 + i];
+                }
+            }
+            float *y = m->y + s * m->ys + r;
+            *y = m->accumulate ? *y + v : v;
+        }
+    }
+}

@@ -1,0 +1,76 @@
+/* Weight formats: reference (scalar) dequantization and quantization, and the matmul kernels
+ * the CPU forward pass calls.
+ *
+ * Two activation paths:
+ *  - exact: activations stay fp32; each weight row is dequantized on the fly and dotted in fp32.
+ *    The scalar version of this path is the reference every SIMD kernel is tested against.
+ *  - fast (default for quantized weights): the activation vector is quantized once to rl_q8a
+ *    blocks (8-bit, one fp32 scale per 32 values) and the dot products run in integer SIMD, the
+ *    way llama.cpp does. Relative logit error is bounded at 3e-2 instead of 1e-3 (documented in
+ *    README and tested).
+ * F32/F16/BF16 weights always use the fp32 path. */
+#ifndef RL_QUANT_H
+#define RL_QUANT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "types.h"
+
+/* fp16 / bf16 scalar conversion (round-to-nearest-even on the way down). */
+float rl_f16_to_f32(uint16_t h);
+uint16_t rl_f32_to_f16(float f);
+float rl_bf16_to_f32(uint16_t h);
+uint16_t rl_f32_to_bf16(float f);
+void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n); /* SIMD where available */
+void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
+
+/* Reference dequantization of n elements (n a multiple of the block size) of any computable
+ * type. Scalar code that follows ggml-quants.c's op order. */
+void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
+
+/* Quantizes n floats into type (any computable type). Q8_0 and Q4_0 follow ggml's reference
+ * quantizers (byte-identical); the K-quants produce valid blocks with a simple rounding search. */
+void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
+
+/* The fast path's activation block: 32 int8 values with one fp32 scale d (x ~ d*qs), and
+ * s = d * sum(qs), which lets offset formats (Q4_0's -8, K-quant mins) fold in one multiply. */
+typedef struct rl_q8a {
+    float d;
+    float s;
+    int8_t qs[32];
+} rl_q8a;
+
+/* Bytes of the quantized form of an activation row of n values (n multiple of 32). */
+size_t rl_q8a_row_bytes(size_t n);
+void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n);
+
+/* One matmul: y[s][r] = W[r,:] . x[s,:] for rows r of W and columns s of the activations.
+ * W is row-major in its stored format, n = its contiguous dimension (ne[0]). */
+typedef struct rl_mm {
+    uint32_t type;     /* weight type (computable) */
+    const void *w;     /* row r starts at w + r * row_bytes */
+    size_t row_bytes;
+    size_t n;          /* inner dimension */
+    size_t S;          /* number of activation columns (tokens) */
+    const float *x;    /* [S][n] fp32 activations (exact path, and F32/F16/BF16 weights) */
+    const rl_q8a *xq;  /* [S][n/32] quantized activations, or NULL for the exact path */
+    float *y;          /* y[s * ys + r] */
+    size_t ys;
+    bool accumulate;   /* y += result (residual add folded in) instead of y = result */
+} rl_mm;
+
+/* Computes rows [r0, r1) for all S columns; threads call it on disjoint row ranges. Uses the
+ * best SIMD kernel of this build for the type and path. */
+void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1);
+/* Scalar reference of the same computation (the oracle for the SIMD kernels). */
+void rl_mm_rows_ref(const rl_mm *m, size_t r0, size_t r1);
+
+/* Row-block granularity threads should split on (a multiple the kernels tile by). */
+size_t rl_mm_row_tile(uint32_t type);
+
+/* Name of the SIMD level compiled in: "avx2", "neon", "scalar", ... */
+const char *rl_simd_name(void);
+
+#endif

@@ -1,0 +1,54 @@
+/* ggml tensor type ids and their block geometry.
+ *
+ * The GGUF reader needs the block size of every type ggml defines (to size tensors it will
+ * never compute with); the engine computes with a subset (rl_type_computable). */
+#ifndef RL_TYPES_H
+#define RL_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum rl_type {
+    RL_F32 = 0,
+    RL_F16 = 1,
+    RL_Q4_0 = 2,
+    RL_Q4_1 = 3,
+    RL_Q5_0 = 6,
+    RL_Q5_1 = 7,
+    RL_Q8_0 = 8,
+    RL_Q8_1 = 9,
+    RL_Q2_K = 10,
+    RL_Q3_K = 11,
+    RL_Q4_K = 12,
+    RL_Q5_K = 13,
+    RL_Q6_K = 14,
+    RL_Q8_K = 15,
+    RL_BF16 = 30,
+    RL_TYPE_COUNT = 43, /* ids >= this are unknown */
+};
+
+#define RL_QK 32   /* elements per block of Q4_0 / Q8_0 */
+#define RL_QK_K 256 /* elements per super-block of the K-quants */
+
+typedef struct rl_type_info {
+    const char *name; /* "Q4_K" */
+    size_t blck;      /* elements per block */
+    size_t size;      /* bytes per block */
+} rl_type_info;
+
+/* NULL for ids that are out of range, removed from ggml, or whose block size this build does
+ * not know; the caller names the id in its error. */
+const rl_type_info *rl_type_get(uint32_t type);
+
+/* Name for messages; "type 37" style text for unknown ids (static buffer per call site is not
+ * needed: unknown ids return "unknown"). */
+const char *rl_type_name(uint32_t type);
+
+/* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K). */
+bool rl_type_computable(uint32_t type);
+
+/* Bytes of a row of n elements; 0 if n is not a multiple of the block size or type unknown. */
+size_t rl_row_bytes(uint32_t type, size_t n);
+
+#endif

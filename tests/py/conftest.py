@@ -1,0 +1,31 @@
+"""Shared fixtures: where the build is, where ../shared is, and a runner for the CLI."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = ROOT / os.environ.get("RAWLOOP_BUILD", "build")
+SHARED = ROOT.parent / "shared"
+RAWLOOP = BUILD / "rawloop"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long oracle cases, skipped under sanitizers")
+
+
+def run_rawloop(*args, input=None, check=True, timeout=600):
+    """Runs build/rawloop with args; returns CompletedProcess (bytes)."""
+    p = subprocess.run([str(RAWLOOP), *map(str, args)], input=input, capture_output=True,
+                       timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"rawloop {' '.join(map(str, args))} failed ({p.returncode}):\n"
+                             f"{p.stderr.decode(errors='replace')}")
+    return p
+
+
+@pytest.fixture(scope="session")
+def rawloop():
+    assert RAWLOOP.exists(), f"{RAWLOOP} not built: run make first"
+    return run_rawloop

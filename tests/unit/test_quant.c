@@ -1,0 +1,387 @@
+/* Weight formats and matmul kernels.
+ *
+ * Without arguments: unit tests. The SIMD kernels (rl_mm_rows) are checked against the scalar
+ * reference (rl_mm_rows_ref) on random blocks over many shapes, the fast path against the exact
+ * path within the bound its 8-bit activations imply, quantizers by round trip, fp16/bf16 by
+ * exhaustive and edge cases (against the F16C hardware conversion where the build has it).
+ *
+ * With arguments it is the bridge the Python oracle test (tests/py/test_quant_oracle.py) uses:
+ *   test_quant dequant TYPE in.bin out.f32    rl_dequant_row over the whole file
+ *   test_quant quant TYPE in.f32 out.bin      rl_quant_row over the whole file
+ * TYPE is a ggml type name (Q4_K, F16, ...). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "quant.h"
+
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_K, RL_Q5_K, RL_Q6_K};
+#define NTYPES (sizeof k_types / sizeof k_types[0])
+
+/* ---- deterministic random numbers ------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rndf(void) { /* uniform in [-1, 1) */
+    return (float)(rnd() & 0xFFFFFF) / 8388608.0f - 1.0f;
+}
+
+static float rnd_gauss(void) {
+    float s = 0;
+    for (int i = 0; i < 4; i++) s += rndf();
+    return s * 0.866f;
+}
+
+static void put_f16(uint8_t *p, float f) {
+    uint16_t h = rl_f32_to_f16(f);
+    memcpy(p, &h, 2);
+}
+
+/* Random bytes with sane fp16 scales: every bit pattern of the quants is legal, only the
+ * scales need to be finite and of a plausible magnitude. */
+static void random_row(uint32_t type, uint8_t *w, size_t n) {
+    const rl_type_info *ti = rl_type_get(type);
+    size_t bytes = n / ti->blck * ti->size;
+    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < n / ti->blck; i++) {
+        uint8_t *b = w + i * ti->size;
+        float sc = 0.001f + 0.02f * (rndf() + 1);
+        switch (type) {
+        case RL_F32: { float v = rnd_gauss(); memcpy(b, &v, 4); break; }
+        case RL_F16: put_f16(b, rnd_gauss()); break;
+        case RL_BF16: { uint16_t h = rl_f32_to_bf16(rnd_gauss()); memcpy(b, &h, 2); break; }
+        case RL_Q8_0: case RL_Q4_0: put_f16(b, sc); break;
+        case RL_Q4_K: case RL_Q5_K: put_f16(b, sc * 0.1f); put_f16(b + 2, sc * 0.1f); break;
+        case RL_Q6_K: put_f16(b + 208, sc * 0.05f); break;
+        }
+    }
+}
+
+/* ---- fp16 / bf16 ----------------------------------------------------------------------- */
+
+static float bits_f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+static void test_f16(void) {
+    /* every half: f16 -> f32 -> f16 is the identity (NaNs stay NaN) */
+    int bad_rt = 0, bad_hw = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = rl_f16_to_f32((uint16_t)h);
+        uint16_t back = rl_f32_to_f16(f);
+        if (isnan(f) ? !((back & 0x7c00) == 0x7c00 && (back & 0x3ff)) : back != h) bad_rt++;
+#ifdef __F16C__
+        float hw = _cvtsh_ss((unsigned short)h);
+        if (memcmp(&hw, &f, 4) != 0 && !(isnan(hw) && isnan(f))) bad_hw++;
+#endif
+    }
+    CHECK(bad_rt == 0, "%d halves did not round trip", bad_rt);
+    CHECK(bad_hw == 0, "%d halves differ from F16C", bad_hw);
+
+    /* f32 -> f16 rounding edge cases */
+    CHECK(rl_f32_to_f16(65504.0f) == 0x7bff, "max half");
+    CHECK(rl_f32_to_f16(65519.99f) == 0x7bff, "just below the inf threshold");
+    CHECK(rl_f32_to_f16(65520.0f) == 0x7c00, "65520 rounds to inf");
+    CHECK(rl_f32_to_f16(1e10f) == 0x7c00 && rl_f32_to_f16(-1e10f) == 0xfc00, "overflow");
+    CHECK(rl_f32_to_f16(INFINITY) == 0x7c00 && rl_f32_to_f16(-INFINITY) == 0xfc00, "inf");
+    uint16_t hn = rl_f32_to_f16(NAN);
+    CHECK((hn & 0x7c00) == 0x7c00 && (hn & 0x3ff) != 0, "nan -> %04x", hn);
+    CHECK(isnan(rl_f16_to_f32(0x7e00)) && isinf(rl_f16_to_f32(0xfc00)) && rl_f16_to_f32(0xfc00) < 0, "f16 nan/inf");
+    CHECK(rl_f32_to_f16(0x1p-24f) == 0x0001, "smallest subnormal");
+    CHECK(rl_f32_to_f16(0x1p-25f) == 0x0000, "half of it ties to even zero");
+    CHECK(rl_f32_to_f16(0x1.8p-24f) == 0x0002, "1.5 ulp ties to even 2");
+    CHECK(rl_f32_to_f16(0x1.000002p-25f) == 0x0001, "just above half rounds up");
+    CHECK(rl_f32_to_f16(-0.0f) == 0x8000, "negative zero");
+    CHECK(rl_f32_to_f16(0x1p-14f) == 0x0400, "smallest normal");
+    CHECK(rl_f32_to_f16(0x1.ff8p-15f) == 0x03ff, "largest subnormal");
+    CHECK(rl_f32_to_f16(0x1.ffcp-15f) == 0x0400, "largest subnormal + half ulp ties up to the normal");
+    CHECK(rl_f32_to_f16(1.0f + 0x1p-11f) == 0x3c00, "tie to even (down)");
+    CHECK(rl_f32_to_f16(1.0f + 3 * 0x1p-11f) == 0x3c02, "tie to even (up)");
+    CHECK(rl_f16_to_f32(0x0001) == 0x1p-24f && rl_f16_to_f32(0x8001) == -0x1p-24f, "subnormal decode");
+
+#ifdef __F16C__
+    /* random floats over the whole range against the hardware */
+    int bad = 0;
+    for (int i = 0; i < 2000000; i++) {
+        uint32_t u = rnd() << 16 ^ rnd();
+        float f = bits_f(u);
+        uint16_t hw = (uint16_t)_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+        uint16_t sw = rl_f32_to_f16(f);
+        if (isnan(f) ? (sw & 0x7c00) != 0x7c00 || !(sw & 0x3ff) : sw != hw) bad++;
+    }
+    CHECK(bad == 0, "%d random floats differ from F16C", bad);
+#endif
+
+    /* row conversions (SIMD) equal the scalar ones, odd lengths for the tails */
+    enum { N = 1037 };
+    float f[N], g[N];
+    uint16_t h[N], h2[N];
+    for (int i = 0; i < N; i++) {
+        f[i] = rndf() * 70000.0f * (i % 3 ? 1e-6f : 1.0f);
+        h[i] = (uint16_t)rnd();
+    }
+    f[5] = NAN;
+    f[6] = INFINITY;
+    rl_f32_to_f16_row(f, h2, N);
+    int bad_row = 0;
+    for (int i = 0; i < N; i++) bad_row += i == 5 ? !(h2[i] & 0x3ff) : h2[i] != rl_f32_to_f16(f[i]);
+    CHECK(bad_row == 0, "f32_to_f16_row differs at %d places", bad_row);
+    rl_f16_to_f32_row(h, g, N);
+    bad_row = 0;
+    for (int i = 0; i < N; i++) {
+        float r = rl_f16_to_f32(h[i]);
+        bad_row += isnan(r) ? !isnan(g[i]) : memcmp(&r, &g[i], 4) != 0;
+    }
+    CHECK(bad_row == 0, "f16_to_f32_row differs at %d places", bad_row);
+
+    /* bf16 */
+    CHECK(rl_f32_to_bf16(1.0f) == 0x3f80 && rl_bf16_to_f32(0x3f80) == 1.0f, "bf16 one");
+    CHECK(rl_f32_to_bf16(bits_f(0x3f808000)) == 0x3f80, "bf16 tie to even down");
+    CHECK(rl_f32_to_bf16(bits_f(0x3f818000)) == 0x3f82, "bf16 tie to even up");
+    CHECK(rl_f32_to_bf16(bits_f(0x3f808001)) == 0x3f81, "bf16 above tie");
+    CHECK(rl_f32_to_bf16(bits_f(0x7f7fffff)) == 0x7f80, "bf16 overflow to inf");
+    CHECK(rl_f32_to_bf16(bits_f(0x7f800001)) == 0x7fc0, "bf16 signalling nan becomes quiet");
+    CHECK(rl_f32_to_bf16(-INFINITY) == 0xff80, "bf16 -inf");
+    CHECK(rl_f32_to_bf16(bits_f(0x00000001)) == 0x0000, "bf16 denormal rounds to 0");
+    int bad_bf = 0;
+    for (uint32_t x = 0; x < 65536; x++) {
+        float v = rl_bf16_to_f32((uint16_t)x);
+        if (!isnan(v) && rl_f32_to_bf16(v) != x) bad_bf++;
+    }
+    CHECK(bad_bf == 0, "%d bf16 values did not round trip", bad_bf);
+}
+
+/* ---- quantize / dequantize round trips ---------------------------------------------------- */
+
+static void test_roundtrip(void) {
+    /* Relative rms error allowed for gaussian data, generous against the expected values
+     * (Q8_0 ~0.4%, Q6_K ~1%, Q5_K ~2.5%, Q4 ~6-9%). */
+    const struct { uint32_t type; double tol; } cases[] = {
+        {RL_F32, 0}, {RL_F16, 1e-3}, {RL_BF16, 5e-3}, {RL_Q8_0, 0.008}, {RL_Q6_K, 0.02},
+        {RL_Q5_K, 0.045}, {RL_Q4_K, 0.09}, {RL_Q4_0, 0.12},
+    };
+    enum { N = 4096 };
+    static float x[N], y[N];
+    static uint8_t q[N * 4];
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        double e2 = 0, x2 = 0;
+        for (int rep = 0; rep < 4; rep++) {
+            for (int i = 0; i < N; i++) x[i] = rnd_gauss() * (rep == 3 ? 1e-3f : 1.0f) + (rep == 2 ? 0.3f : 0.0f);
+            if (rep == 1) x[7] = 8.0f; /* an outlier */
+            rl_quant_row(cases[c].type, x, q, N);
+            rl_dequant_row(cases[c].type, q, y, N);
+            for (int i = 0; i < N; i++) {
+                e2 += (double)(x[i] - y[i]) * (x[i] - y[i]);
+                x2 += (double)x[i] * x[i];
+            }
+        }
+        double rel = sqrt(e2 / x2);
+        CHECK(rel <= cases[c].tol, "%s round trip rms error %.4f > %.4f", rl_type_name(cases[c].type), rel, cases[c].tol);
+    }
+    /* all-zero blocks quantize to exact zeros */
+    memset(x, 0, sizeof x);
+    for (size_t t = 0; t < NTYPES; t++) {
+        rl_quant_row(k_types[t], x, q, 512);
+        rl_dequant_row(k_types[t], q, y, 512);
+        int nz = 0;
+        for (int i = 0; i < 512; i++) nz += y[i] != 0;
+        CHECK(nz == 0, "%s: zeros came back as %d non-zeros", rl_type_name(k_types[t]), nz);
+    }
+    /* Q8_0: values that are exact multiples of the scale survive */
+    for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) / 16.0f * 127.0f / 16.0f;
+    x[0] = -127.0f / 16.0f; /* amax -> d = 1/16 exactly */
+    rl_quant_row(RL_Q8_0, x, q, 32);
+    rl_dequant_row(RL_Q8_0, q, y, 32);
+    int diff = 0;
+    for (int i = 0; i < 32; i++) diff += fabsf(x[i] - y[i]) > 1.0f / 32;
+    CHECK(diff == 0, "Q8_0 small-grid round trip off at %d", diff);
+
+    /* rl_q8a: every value within half a step of the original, s consistent */
+    for (int i = 0; i < 256; i++) x[i] = rnd_gauss();
+    rl_q8a a[8];
+    CHECK(rl_q8a_row_bytes(256) == sizeof a, "q8a row bytes");
+    rl_q8a_quant_row(x, a, 256);
+    int off = 0;
+    for (int b = 0; b < 8; b++) {
+        int sum = 0;
+        for (int j = 0; j < 32; j++) {
+            off += fabsf(a[b].d * a[b].qs[j] - x[32 * b + j]) > a[b].d * 0.5001f;
+            sum += a[b].qs[j];
+        }
+        off += fabsf(a[b].s - a[b].d * sum) > 1e-6f * fabsf(a[b].s) + 1e-30f;
+    }
+    CHECK(off == 0, "q8a quantization off at %d places", off);
+}
+
+/* ---- kernels vs reference ---------------------------------------------------------------- */
+
+/* Runs rl_mm_rows and rl_mm_rows_ref on one random problem and compares. */
+static void one_case(uint32_t type, size_t n, size_t S, size_t rows, size_t r0, size_t r1, bool acc, bool fast) {
+    size_t rb = rl_row_bytes(type, n);
+    uint8_t *w = malloc(rb * rows);
+    float *x = malloc(sizeof(float) * n * S);
+    rl_q8a *xq = malloc(rl_q8a_row_bytes(n) * S);
+    size_t ys = rows + 3; /* a stride wider than the row count */
+    float *y = malloc(sizeof(float) * ys * S), *yr = malloc(sizeof(float) * ys * S);
+    float *ye = malloc(sizeof(float) * ys * S);
+    float *wrow = malloc(sizeof(float) * n);
+    for (size_t r = 0; r < rows; r++) random_row(type, w + r * rb, n);
+    for (size_t i = 0; i < n * S; i++) x[i] = rnd_gauss() * (i % 97 == 0 ? 6.0f : 1.0f);
+    for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * n, xq + s * (n / RL_QK), n);
+    for (size_t i = 0; i < ys * S; i++) y[i] = yr[i] = ye[i] = rndf();
+    bool fast_applies = fast && type != RL_F32 && type != RL_F16 && type != RL_BF16;
+    rl_mm m = {.type = type, .w = w, .row_bytes = rb, .n = n, .S = S, .x = x, .xq = fast ? xq : NULL,
+               .y = y, .ys = ys, .accumulate = acc};
+    rl_mm_rows(&m, r0, r1);
+    m.y = yr;
+    rl_mm_rows_ref(&m, r0, r1);
+    if (fast_applies) {
+        m.y = ye;
+        m.xq = NULL;
+        rl_mm_rows_ref(&m, r0, r1);
+    }
+    int bad = 0, bad_bound = 0, touched = 0;
+    double worst = 0;
+    for (size_t r = 0; r < rows; r++) {
+        rl_dequant_row(type, w + r * rb, wrow, n);
+        for (size_t s = 0; s < S; s++) {
+            size_t i = s * ys + r;
+            if (r < r0 || r >= r1) {
+                touched += memcmp(&y[i], &yr[i], 4) != 0;
+                continue;
+            }
+            /* scale of the fp error: sum |w x| (and |y| carried in by accumulate) */
+            double mag = fabs(yr[i]), bound = 0;
+            for (size_t k = 0; k < n; k++) mag += fabs((double)wrow[k] * x[s * n + k]);
+            double err = fabs((double)y[i] - yr[i]) / mag;
+            if (err > worst) worst = err;
+            if (err > 2e-6) bad++;
+            if (fast_applies) {
+                /* each activation is off by at most half its block's step d/2 = amax/254 */
+                for (size_t b = 0; b < n / RL_QK; b++) {
+                    double aw = 0;
+                    for (size_t k = 0; k < RL_QK; k++) aw += fabs(wrow[b * RL_QK + k]);
+                    bound += aw * xq[s * (n / RL_QK) + b].d * 0.5;
+                }
+                if (fabs((double)yr[i] - ye[i]) > bound * 1.001 + 2e-6 * mag) bad_bound++;
+            }
+        }
+    }
+    CHECK(bad == 0, "%s n=%zu S=%zu rows [%zu,%zu) acc=%d fast=%d: %d mismatches, worst rel %.3g",
+          rl_type_name(type), n, S, r0, r1, acc, fast, bad, worst);
+    CHECK(touched == 0, "%s: rows outside [%zu,%zu) written", rl_type_name(type), r0, r1);
+    CHECK(bad_bound == 0, "%s n=%zu S=%zu: %d fast results outside the 8-bit activation bound",
+          rl_type_name(type), n, S, bad_bound);
+    free(w); free(x); free(xq); free(y); free(yr); free(ye); free(wrow);
+}
+
+static void test_kernels(void) {
+    const size_t ns[] = {256, 512, 1024, 2048, 4352};
+    const size_t Ss[] = {1, 2, 3, 4, 5, 7, 8, 17};
+    for (size_t t = 0; t < NTYPES; t++) {
+        for (size_t in = 0; in < sizeof ns / sizeof ns[0]; in++) {
+            for (size_t is = 0; is < sizeof Ss / sizeof Ss[0]; is++) {
+                size_t n = ns[in], S = Ss[is];
+                if (n * S > 20000 && S > 4) continue; /* keep the run short */
+                size_t rows = 5 + rnd() % 9;
+                size_t r0 = rnd() % 3, r1 = rows - rnd() % 2;
+                bool acc = rnd() & 1;
+                one_case(k_types[t], n, S, rows, r0, r1, acc, true);
+                one_case(k_types[t], n, S, rows, r0 | 1, r1, !acc, false);
+            }
+        }
+        /* n that is not a multiple of 256 for the 32-blocks and float types */
+        if (rl_type_get(k_types[t])->blck <= RL_QK) {
+            one_case(k_types[t], 96, 3, 7, 1, 7, false, true);
+            one_case(k_types[t], 288, 5, 9, 0, 9, true, false);
+        }
+        if (k_types[t] == RL_F32 || k_types[t] == RL_F16) one_case(k_types[t], 37, 2, 3, 0, 3, false, false);
+    }
+    printf("kernels: %s\n", rl_simd_name());
+}
+
+/* ---- tool mode for the Python oracle ------------------------------------------------------- */
+
+static uint32_t type_by_name(const char *name) {
+    for (uint32_t t = 0; t < RL_TYPE_COUNT; t++)
+        if (rl_type_get(t) && strcmp(rl_type_get(t)->name, name) == 0) return t;
+    return UINT32_MAX;
+}
+
+static void *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long l = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(l > 0 ? (size_t)l : 1);
+    *len = fread(p, 1, (size_t)(l > 0 ? l : 0), f);
+    fclose(f);
+    return p;
+}
+
+static int tool(int argc, char **argv) {
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s dequant|quant TYPE in out\n", argv[0]);
+        return 2;
+    }
+    uint32_t type = type_by_name(argv[2]);
+    if (type == UINT32_MAX || !rl_type_computable(type)) {
+        fprintf(stderr, "type %s is not computable\n", argv[2]);
+        return 2;
+    }
+    const rl_type_info *ti = rl_type_get(type);
+    size_t len;
+    uint8_t *in = slurp(argv[3], &len);
+    if (!in) {
+        fprintf(stderr, "cannot read %s\n", argv[3]);
+        return 2;
+    }
+    size_t n, outlen;
+    void *out;
+    if (strcmp(argv[1], "dequant") == 0) {
+        if (len % ti->size) return fprintf(stderr, "size %zu not a multiple of %zu\n", len, ti->size), 2;
+        n = len / ti->size * ti->blck;
+        outlen = n * sizeof(float);
+        out = malloc(outlen ? outlen : 1);
+        rl_dequant_row(type, in, out, n);
+    } else if (strcmp(argv[1], "quant") == 0) {
+        n = len / sizeof(float);
+        if (len % sizeof(float) || n % ti->blck) return fprintf(stderr, "bad float count\n"), 2;
+        outlen = rl_row_bytes(type, n);
+        out = malloc(outlen ? outlen : 1);
+        float *x = malloc(len ? len : 1);
+        memcpy(x, in, len); /* aligned copy */
+        rl_quant_row(type, x, out, n);
+        free(x);
+    } else {
+        fprintf(stderr, "unknown mode %s\n", argv[1]);
+        return 2;
+    }
+    FILE *f = fopen(argv[4], "wb");
+    if (!f || fwrite(out, 1, outlen, f) != outlen) return fprintf(stderr, "cannot write %s\n", argv[4]), 2;
+    fclose(f);
+    free(in);
+    free(out);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) return tool(argc, argv);
+    test_f16();
+    test_roundtrip();
+    test_kernels();
+    return check_report("test_quant");
+}
