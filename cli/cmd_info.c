@@ -80,14 +80,18 @@ static void print_scalar(uint32_t t, const uint8_t *p) {
     }
 }
 
-static void print_kv(const gguf_kv *kv) {
-    printf("  ");
-    gguf_str k = kv->key;
+/* A key or tensor name: one token, so spaces and control bytes are escaped. */
+static void print_name(gguf_str k) {
     for (size_t i = 0; i < k.len; i++) {
         unsigned char c = (unsigned char)k.ptr[i];
         if (c <= 0x20 || c == 0x7f) printf("\\x%02x", c);
         else putchar(c);
     }
+}
+
+static void print_kv(const gguf_kv *kv) {
+    printf("  ");
+    print_name(kv->key);
     if (kv->type != GGUF_ARRAY) {
         printf(": %s = ", vtype_name(kv->type));
         if (kv->type == GGUF_STRING) print_str(kv->strs[0]);
@@ -142,7 +146,9 @@ int cmd_info(int argc, char **argv) {
     for (size_t i = 0; i < f.n_tensors; i++) {
         const gguf_tensor *t = &f.tensors[i];
         uint64_t n = 1;
-        printf("  %.*s: %s [", (int)t->name.len, t->name.ptr, rl_type_name(t->type));
+        printf("  ");
+        print_name(t->name);
+        printf(": %s [", rl_type_name(t->type));
         for (uint32_t d = 0; d < t->n_dims; d++) {
             printf("%s%" PRIu64, d ? ", " : "", t->ne[d]);
             n *= t->ne[d]; /* the reader checked that the product fits int64 */

@@ -120,14 +120,19 @@ def _empty_hf_model(spec: Spec):
     return model
 
 
+GAIN = 2.0
+
+
 def build_hf_model(spec: Spec):
     """Seeded random float32 HF model.
 
     HF's default init (std 0.02, unit norms, zero biases) gives near-uniform logits, where an
     engine bug hides under tiny numbers and greedy decoding is a coin toss. Here matrices get
-    std 1/sqrt(fan_in) (activations keep unit scale through every layer), embeddings std 0.5
-    (so logits spread over several units), norm gains 1 +- 0.2 and biases std 0.3 (so a skipped
-    gain or bias shows), all from one generator seeded by spec.seed.
+    std GAIN/sqrt(fan_in), embeddings std 0.5 (logits spread over several units), norm gains
+    1 +- 0.2 and biases std 0.3 (a skipped gain or bias shows), all from one generator seeded by
+    spec.seed. GAIN 2 rather than 1: with unit gain the residual stream stays close to the last
+    token's embedding and greedy decoding (tied models especially) repeats one id forever, which
+    would not exercise positions; gain 2 gives sharp attention and varied continuations.
     """
     model = _empty_hf_model(spec)
     g = torch.Generator().manual_seed(1000 + spec.seed)
@@ -140,7 +145,7 @@ def build_hf_model(spec: Spec):
             elif name.endswith(".bias"):
                 p.copy_(0.3 * torch.randn(p.shape, generator=g))
             elif p.dim() == 2:
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[1]))
+                p.copy_(torch.randn(p.shape, generator=g) * GAIN / math.sqrt(p.shape[1]))
             else:
                 raise AssertionError(f"unexpected parameter {name}")
     if spec.tied:
@@ -393,9 +398,18 @@ def _rope(x, pos, theta, factors, neox):
     return out
 
 
-def gguf_forward(path, ids) -> np.ndarray:
+def _q8_rows(x):
+    """x rounded the way an 8-bit activation path does: Q8_0 blocks of 32 along the last axis."""
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1, x.shape[-1])
+    q = dequantize(quantize(flat, gguf.GGMLQuantizationType.Q8_0), gguf.GGMLQuantizationType.Q8_0)
+    return q.reshape(x.shape).astype(np.float64)
+
+
+def gguf_forward(path, ids, act_q8: bool = False) -> np.ndarray:
     """Logits [len(ids), vocab] computed from the GGUF file alone (float64), reading metadata
-    keys and tensors the way llama.cpp does. Knows llama/qwen2/qwen3 only."""
+    keys and tensors the way llama.cpp does. Knows llama/qwen2/qwen3 only. act_q8 rounds the
+    input of every matrix product to Q8_0 first, which estimates the error an engine's 8-bit
+    activation path should have on this model."""
     r = gguf.GGUFReader(str(path))
 
     def kv(key):
@@ -412,6 +426,7 @@ def gguf_forward(path, ids) -> np.ndarray:
     hd = int(kv(f"{arch}.attention.key_length")) if f"{arch}.attention.key_length" in r.fields \
         else n_embd // n_head
     t = {k: v[0].astype(np.float64) for k, v in read_gguf_tensors(path).items()}
+    aq = _q8_rows if act_q8 else (lambda a: a)
     factors = t.get("rope_freqs.weight")
     neox = arch != "llama"
     T = len(ids)
@@ -421,9 +436,9 @@ def gguf_forward(path, ids) -> np.ndarray:
     for i in range(n_layer):
         p = f"blk.{i}."
         h = _rms(x, t[p + "attn_norm.weight"], eps)
-        q = h @ t[p + "attn_q.weight"].T + t.get(p + "attn_q.bias", 0)
-        k = h @ t[p + "attn_k.weight"].T + t.get(p + "attn_k.bias", 0)
-        v = h @ t[p + "attn_v.weight"].T + t.get(p + "attn_v.bias", 0)
+        q = aq(h) @ t[p + "attn_q.weight"].T + t.get(p + "attn_q.bias", 0)
+        k = aq(h) @ t[p + "attn_k.weight"].T + t.get(p + "attn_k.bias", 0)
+        v = aq(h) @ t[p + "attn_v.weight"].T + t.get(p + "attn_v.bias", 0)
         q, k, v = q.reshape(T, n_head, hd), k.reshape(T, n_kv, hd), v.reshape(T, n_kv, hd)
         if p + "attn_q_norm.weight" in t:
             q = _rms(q, t[p + "attn_q_norm.weight"], eps)
@@ -435,11 +450,11 @@ def gguf_forward(path, ids) -> np.ndarray:
         s = np.exp(s - s.max(-1, keepdims=True))
         s /= s.sum(-1, keepdims=True)
         o = np.einsum("hts,shd->thd", s, v).reshape(T, n_head * hd)
-        x = x + o @ t[p + "attn_output.weight"].T
+        x = x + aq(o) @ t[p + "attn_output.weight"].T
         h = _rms(x, t[p + "ffn_norm.weight"], eps)
-        gte = h @ t[p + "ffn_gate.weight"].T
-        up = h @ t[p + "ffn_up.weight"].T
-        x = x + (gte / (1 + np.exp(-gte)) * up) @ t[p + "ffn_down.weight"].T
+        gte = aq(h) @ t[p + "ffn_gate.weight"].T
+        up = aq(h) @ t[p + "ffn_up.weight"].T
+        x = x + aq(gte / (1 + np.exp(-gte)) * up) @ t[p + "ffn_down.weight"].T
     x = _rms(x, t["output_norm.weight"], eps)
     out_w = t.get("output.weight", t["token_embd.weight"])
-    return (x @ out_w.T).astype(np.float32)
+    return (aq(x) @ out_w.T).astype(np.float32)

@@ -65,11 +65,16 @@ def test_zero_dim_tensor_accepted(tmp_path, rawloop):
     assert out["tensors"]["after"] == ("F32", [4], 0, 16)
 
 
-def test_corpus_base_is_valid(tmp_path, rawloop):
-    """The unbroken base of the corpus opens, so each broken case differs by its one fault."""
+@pytest.mark.parametrize("version", [2, 3])
+def test_corpus_base_is_valid(tmp_path, rawloop, version):
+    """The unbroken base of the corpus opens (as v3, and as v2, which has the same layout), so
+    each broken case differs by its one fault."""
+    g = gguf_corpus.base()
+    g.version = version
     path = tmp_path / "base.gguf"
-    path.write_bytes(gguf_corpus.base().build())
+    path.write_bytes(g.build())
     out = parse_info(run_rawloop("info", path).stdout.decode())
+    assert out["version"] == version
     assert list(out["tensors"]) == ["token_embd.weight", "blk.0.attn_q.weight",
                                     "output_norm.weight"]
 
