@@ -1,7 +1,7 @@
 /* Matmul micro-benchmark: TinyLlama-1.1B-shaped weight matrices (n=2048: 2048, 5632 and 32000
  * rows; n=5632: 2048 rows), larger than L3 in total so decode reads come from DRAM.
  *
- *   build/bench_mm [seconds-per-case]
+ *   build/bench_mm [seconds-per-case [TYPE]]   TYPE e.g. Q4_0, Q4_0x8 (row-interleaved)
  *
  * Prints, per weight type and thread count, GB/s of weights for S=1 (decode) and GFLOP/s for
  * S=64 (prefill), plus a read-stream probe (the DRAM ceiling decode is measured against).
@@ -132,13 +132,19 @@ static void fill(uint32_t type, mat *mt) {
     mt->row_bytes = rl_row_bytes(type, mt->n);
 }
 
-static void bench_type(uint32_t type, double secs) {
+static void bench_type(uint32_t type, bool packed, double secs) {
     mat mats[NSHAPES];
     size_t total_bytes = 0;
     for (size_t i = 0; i < NSHAPES; i++) {
         mats[i].n = k_shapes[i].n;
         mats[i].rows = k_shapes[i].rows;
         fill(type, &mats[i]);
+        if (packed) {
+            void *p = aligned_alloc(64, (mats[i].row_bytes * mats[i].rows + 63) / 64 * 64);
+            rl_pack_rows(type, mats[i].w, mats[i].row_bytes, mats[i].rows, mats[i].n, p);
+            free(mats[i].w);
+            mats[i].w = p;
+        }
         total_bytes += mats[i].row_bytes * mats[i].rows;
     }
     const size_t Smax = 64, nmax = 5632;
@@ -162,7 +168,8 @@ static void bench_type(uint32_t type, double secs) {
                         for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * mt->n, xq + s * (mt->n / 32), mt->n);
                     /* ys doubles as the row count for mm_job (y is [S][rows]) */
                     rl_mm m = {.type = type, .w = mt->w, .row_bytes = mt->row_bytes, .n = mt->n, .S = S,
-                               .x = x, .xq = fast ? xq : NULL, .y = y, .ys = mt->rows, .accumulate = false};
+                               .x = x, .xq = fast ? xq : NULL, .y = y, .ys = mt->rows, .accumulate = false,
+                               .packed = packed};
                     pool_run(&p, mm_job, &m);
                     if (rep == 0) total_flops += 2 * mt->n * mt->rows * S;
                 }
@@ -174,10 +181,10 @@ static void bench_type(uint32_t type, double secs) {
                 if (rep > 2 && spent > secs) break;
             }
             if (S == 1)
-                printf("%-5s threads=%d S=1   %7.1f GB/s   (%.2f ms per %zu MB pass)\n", rl_type_name(type), nt,
+                printf("%-5s%s threads=%d S=1   %7.1f GB/s   (%.2f ms per %zu MB pass)\n", rl_type_name(type), packed ? "x8" : "", nt,
                        (double)total_bytes / best * 1e-9, best * 1e3, total_bytes >> 20);
             else
-                printf("%-5s threads=%d S=%-3zu %7.1f GFLOP/s (%.2f ms per pass)\n", rl_type_name(type), nt, S,
+                printf("%-5s%s threads=%d S=%-3zu %7.1f GFLOP/s (%.2f ms per pass)\n", rl_type_name(type), packed ? "x8" : "", nt, S,
                        (double)total_flops / best * 1e-9, best * 1e3);
             fflush(stdout);
         }
@@ -250,8 +257,17 @@ static void bench_stream(void) {
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.5;
     printf("simd: %s\n", rl_simd_name());
-    bench_stream();
+    /* optional filter: build/bench_mm SECS TYPE[x8] runs one case (e.g. Q4_0x8) and no stream probe */
+    const char *only = argc > 2 ? argv[2] : NULL;
+    if (!only) bench_stream();
     const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_Q4_K, RL_Q6_K, RL_F16};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) bench_type(types[i], secs);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (int pk = 0; pk < 2; pk++) {
+            if (pk && !rl_pack_supported(types[i], 2048, 2048)) continue;
+            char name[16];
+            snprintf(name, sizeof name, "%s%s", rl_type_name(types[i]), pk ? "x8" : "");
+            if (only && strcmp(only, name) != 0) continue;
+            bench_type(types[i], pk, secs);
+        }
     return 0;
 }

@@ -25,18 +25,6 @@ static void usage(FILE *out) {
                  "Exit status: 0 valid, 1 invalid or unreadable (reason on stderr), 2 usage.\n");
 }
 
-static const char *vtype_name(uint32_t t) {
-    static const char *k[GGUF_VTYPE_COUNT] = {
-        "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
-        "BOOL", "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64",
-    };
-    return t < GGUF_VTYPE_COUNT ? k[t] : "?";
-}
-
-static size_t vtype_size(uint32_t t) {
-    static const size_t k[GGUF_VTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    return t < GGUF_VTYPE_COUNT ? k[t] : 0;
-}
 
 /* A string value, quoted, with quotes, backslashes and control bytes escaped; cut after
  * STR_SHOW bytes at a UTF-8 character boundary. */
@@ -63,7 +51,7 @@ static void print_scalar(uint32_t t, const uint8_t *p) {
         uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
         uint64_t u64; int64_t i64; float f32; double f64;
     } v;
-    memcpy(&v, p, vtype_size(t));
+    memcpy(&v, p, gguf_vtype_size(t));
     switch (t) {
     case GGUF_U8: printf("%u", v.u8); break;
     case GGUF_I8: printf("%d", v.i8); break;
@@ -93,18 +81,18 @@ static void print_kv(const gguf_kv *kv) {
     printf("  ");
     print_name(kv->key);
     if (kv->type != GGUF_ARRAY) {
-        printf(": %s = ", vtype_name(kv->type));
+        printf(": %s = ", gguf_vtype_name(kv->type));
         if (kv->type == GGUF_STRING) print_str(kv->strs[0]);
         else print_scalar(kv->type, kv->data);
         putchar('\n');
         return;
     }
-    printf(": ARRAY of %s, %" PRIu64 " elements = [", vtype_name(kv->arr_type), kv->n);
+    printf(": ARRAY of %s, %" PRIu64 " elements = [", gguf_vtype_name(kv->arr_type), kv->n);
     uint64_t shown = kv->n < ARR_SHOW ? kv->n : ARR_SHOW;
     for (uint64_t i = 0; i < shown; i++) {
         if (i) printf(", ");
         if (kv->arr_type == GGUF_STRING) print_str(kv->strs[i]);
-        else print_scalar(kv->arr_type, kv->data + i * vtype_size(kv->arr_type));
+        else print_scalar(kv->arr_type, kv->data + i * gguf_vtype_size(kv->arr_type));
     }
     printf("%s]\n", shown < kv->n ? ", ..." : "");
 }

@@ -29,7 +29,73 @@ struct rl_cpu {
     uint16_t *kc, *vc; /* [n_layer][n_ctx][kv_dim] f16 */
     float *att;       /* [n_threads][n_ctx] attention scores */
     float *inv_freq;  /* [rope_dim/2] */
+    /* Weights repacked at load (rl_pack_rows, row-interleaved Q4_0/Q8_0) for the fast path:
+     * lay/output are copies of the model's matrices with data pointing into pack where a
+     * matrix was repacked. pack_bytes extra memory (the mmapped originals stay mapped). */
+    rl_layer *lay;     /* [n_layer] */
+    rl_matrix output;
+    uint8_t *pack;
+    size_t pack_bytes;
 };
+
+typedef struct pack_job {
+    const rl_matrix *src;
+    uint8_t *dst;
+} pack_job;
+
+/* Each thread repacks its share of the matrix's 8-row groups (groups are independent). */
+static void pack_worker(void *ctx, size_t ith, size_t nth) {
+    pack_job *j = ctx;
+    size_t groups = j->src->rows / RL_PACK_ROWS, g0 = groups * ith / nth, g1 = groups * (ith + 1) / nth;
+    size_t r0 = g0 * RL_PACK_ROWS, rb = j->src->row_bytes;
+    rl_pack_rows(j->src->type, (const uint8_t *)j->src->data + r0 * rb, rb, (g1 - g0) * RL_PACK_ROWS,
+                 j->src->cols, j->dst + r0 * rb);
+}
+
+/* The i-th matmul weight of the forward pass (the copies in c), i < 7 * n_layer + 1. */
+static rl_matrix *matrix_at(rl_cpu *c, size_t i) {
+    if (i == 7 * c->m->cfg.n_layer) return &c->output;
+    rl_layer *L = &c->lay[i / 7];
+    rl_matrix *all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return all[i % 7];
+}
+
+/* Repacks every packable matrix into one arena and points the copies at it. Skipped on the
+ * exact path (its kernels read the row-major form). */
+static int pack_weights(rl_cpu *c, rl_err *e) {
+    size_t n_layer = c->m->cfg.n_layer;
+    c->lay = malloc(n_layer * sizeof *c->lay + 1);
+    if (!c->lay) return rl_fail(e, "out of memory copying the layer table");
+    memcpy(c->lay, c->m->layers, n_layer * sizeof *c->lay);
+    c->output = c->m->output;
+    if (c->exact) return 0;
+    size_t total = 0, count = 7 * n_layer + 1;
+    for (size_t i = 0; i < count; i++) {
+        const rl_matrix *mt = matrix_at(c, i);
+        if (rl_pack_supported(mt->type, mt->rows, mt->cols)) total += mt->rows * mt->row_bytes;
+    }
+    if (total == 0) return 0;
+    c->pack = aligned_alloc(64, (total + 63) / 64 * 64);
+    if (!c->pack) return rl_fail(e, "out of memory repacking %.2f GB of weights", (double)total / 1e9);
+    c->pack_bytes = total;
+    size_t off = 0;
+    for (size_t i = 0; i < count; i++) {
+        rl_matrix *mt = matrix_at(c, i);
+        if (!rl_pack_supported(mt->type, mt->rows, mt->cols)) continue;
+        pack_job j = {mt, c->pack + off};
+        rl_pool_run(c->pool, pack_worker, &j);
+        mt->data = c->pack + off;
+        off += mt->rows * mt->row_bytes;
+    }
+    return 0;
+}
+
+static bool is_packed(const rl_cpu *c, const rl_matrix *w) {
+    const uint8_t *p = w->data;
+    return c->pack && p >= c->pack && p < c->pack + c->pack_bytes;
+}
+
+size_t rl_cpu_packed_bytes(const rl_cpu *c) { return c->pack_bytes; }
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
@@ -73,6 +139,10 @@ int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e)
         float f = 1.0f / powf(cfg->rope_base, (float)(2 * i) / (float)cfg->rope_dim);
         c->inv_freq[i] = m->rope_freqs ? f / m->rope_freqs[i] : f;
     }
+    if (pack_weights(c, e) < 0) {
+        rl_cpu_free(c);
+        return -1;
+    }
     *out = c;
     return 0;
 oom:
@@ -90,6 +160,7 @@ void rl_cpu_free(rl_cpu *c) {
     rl_pool_free(c->pool);
     free(c->x); free(c->xb); free(c->q); free(c->k); free(c->v); free(c->hb); free(c->hb2);
     free(c->xq); free(c->att); free(c->inv_freq); free(c->kc); free(c->vc);
+    free(c->lay); free(c->pack);
     free(c);
 }
 
@@ -182,23 +253,41 @@ static void mm_worker(void *ctx, size_t ith, size_t nth) {
 
 static bool is_float_type(uint32_t t) { return t == RL_F32 || t == RL_F16 || t == RL_BF16; }
 
-static void job_add(mm_job *j, const rl_matrix *w, const float *x, const rl_q8a *xq, size_t S,
+static void job_add(const rl_cpu *c, mm_job *j, const rl_matrix *w, const float *x, const rl_q8a *xq, size_t S,
                     float *y, size_t ys, bool acc) {
     size_t i = j->n++;
     j->mm[i] = (rl_mm){.type = w->type, .w = w->data, .row_bytes = w->row_bytes, .n = w->cols,
                        .S = S, .x = x, .xq = is_float_type(w->type) ? NULL : xq, .y = y,
-                       .ys = ys, .accumulate = acc};
+                       .ys = ys, .accumulate = acc, .packed = is_packed(c, w)};
     j->rows[i] = w->rows;
     j->tile[i] = rl_mm_row_tile(w->type);
     j->tiles[i] = (w->rows + j->tile[i] - 1) / j->tile[i];
     j->total += j->tiles[i];
 }
 
-/* Quantizes S rows of n activations (row stride n) into c->xq when any matrix needs it. */
+typedef struct qa_job {
+    const float *x;
+    rl_q8a *xq;
+    size_t S, n;
+} qa_job;
+
+/* The rows of the batch are independent: each thread quantizes its share. */
+static void qa_worker(void *ctx, size_t ith, size_t nth) {
+    qa_job *j = ctx;
+    for (size_t s = j->S * ith / nth; s < j->S * (ith + 1) / nth; s++)
+        rl_q8a_quant_row(j->x + s * j->n, j->xq + s * (j->n / RL_QK), j->n);
+}
+
+/* Quantizes S rows of n activations (row stride n) into c->xq when any matrix needs it.
+ * Rows go n/32 blocks apart: rl_mm reads column s at xq + s * (n / 32) (a stride of xq_stride
+ * broke every S > 1 batch whose n was not the widest dimension). A batch is split over the
+ * threads (at S = 64 this was ~5% of prefill time on one thread). */
 static const rl_q8a *quant_act(rl_cpu *c, const float *x, size_t S, size_t n,
                                const rl_matrix *w) {
     if (c->exact || is_float_type(w->type)) return NULL;
-    for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * n, c->xq + s * c->xq_stride, n);
+    qa_job j = {x, c->xq, S, n};
+    if (S == 1) qa_worker(&j, 0, 1);
+    else rl_pool_run(c->pool, qa_worker, &j);
     return c->xq;
 }
 
@@ -242,6 +331,30 @@ static void att_worker(void *ctx, size_t ith, size_t nth) {
     }
 }
 
+/* ---- SwiGLU --------------------------------------------------------------------------------- */
+
+typedef struct silu_job {
+    float *g;
+    const float *u;
+    size_t n;
+} silu_job;
+
+static void silu_worker(void *ctx, size_t ith, size_t nth) {
+    silu_job *j = ctx;
+    for (size_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
+        float g = j->g[i];
+        j->g[i] = g / (1.0f + expf(-g)) * j->u[i];
+    }
+}
+
+/* hb = silu(hb) * hb2 over n values; split over the threads for a batch (scalar expf over
+ * S * n_ff values was ~3% of prefill on one thread). */
+static void silu_mul(rl_cpu *c, size_t n) {
+    silu_job j = {c->hb, c->hb2, n};
+    if (n <= 8192) silu_worker(&j, 0, 1);
+    else rl_pool_run(c->pool, silu_worker, &j);
+}
+
 /* ---- the forward pass ---------------------------------------------------------------------- */
 
 static void run_job(rl_cpu *c, mm_job *j) { rl_pool_run(c->pool, mm_worker, j); }
@@ -258,15 +371,15 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
                        c->x + s * D, D);
 
     for (size_t l = 0; l < cfg->n_layer; l++) {
-        const rl_layer *L = &m->layers[l];
+        const rl_layer *L = &c->lay[l]; /* copies: repacked weights where packable */
         /* attention: x += Wo · attn(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)) */
         for (size_t s = 0; s < S; s++)
             rmsnorm(c->xb + s * D, c->x + s * D, L->attn_norm, D, cfg->norm_eps);
         const rl_q8a *xq = quant_act(c, c->xb, S, D, &L->wq);
         mm_job qkv = {0};
-        job_add(&qkv, &L->wq, c->xb, xq, S, c->q, c->q_dim, false);
-        job_add(&qkv, &L->wk, c->xb, xq, S, c->k, c->kv_dim, false);
-        job_add(&qkv, &L->wv, c->xb, xq, S, c->v, c->kv_dim, false);
+        job_add(c, &qkv, &L->wq, c->xb, xq, S, c->q, c->q_dim, false);
+        job_add(c, &qkv, &L->wk, c->xb, xq, S, c->k, c->kv_dim, false);
+        job_add(c, &qkv, &L->wv, c->xb, xq, S, c->v, c->kv_dim, false);
         run_job(c, &qkv);
 
         for (size_t s = 0; s < S; s++) {
@@ -293,7 +406,7 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
 
         xq = quant_act(c, c->xb, S, c->q_dim, &L->wo);
         mm_job o = {0};
-        job_add(&o, &L->wo, c->xb, xq, S, c->x, D, true);
+        job_add(c, &o, &L->wo, c->xb, xq, S, c->x, D, true);
         run_job(c, &o);
 
         /* feed-forward: x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x)) */
@@ -301,16 +414,13 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
             rmsnorm(c->xb + s * D, c->x + s * D, L->ffn_norm, D, cfg->norm_eps);
         xq = quant_act(c, c->xb, S, D, &L->w_gate);
         mm_job gu = {0};
-        job_add(&gu, &L->w_gate, c->xb, xq, S, c->hb, F, false);
-        job_add(&gu, &L->w_up, c->xb, xq, S, c->hb2, F, false);
+        job_add(c, &gu, &L->w_gate, c->xb, xq, S, c->hb, F, false);
+        job_add(c, &gu, &L->w_up, c->xb, xq, S, c->hb2, F, false);
         run_job(c, &gu);
-        for (size_t i = 0; i < S * F; i++) {
-            float g = c->hb[i];
-            c->hb[i] = g / (1.0f + expf(-g)) * c->hb2[i];
-        }
+        silu_mul(c, S * F);
         xq = quant_act(c, c->hb, S, F, &L->w_down);
         mm_job dn = {0};
-        job_add(&dn, &L->w_down, c->hb, xq, S, c->x, D, true);
+        job_add(c, &dn, &L->w_down, c->hb, xq, S, c->x, D, true);
         run_job(c, &dn);
     }
 
@@ -318,9 +428,9 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
     size_t first = all_logits ? 0 : S - 1, n_out = S - first;
     for (size_t s = first; s < S; s++)
         rmsnorm(c->xb + (s - first) * D, c->x + s * D, m->output_norm, D, cfg->norm_eps);
-    const rl_q8a *xq = quant_act(c, c->xb, n_out, D, &m->output);
+    const rl_q8a *xq = quant_act(c, c->xb, n_out, D, &c->output);
     mm_job out = {0};
-    job_add(&out, &m->output, c->xb, xq, n_out, logits, cfg->n_vocab, false);
+    job_add(c, &out, &c->output, c->xb, xq, n_out, logits, cfg->n_vocab, false);
     run_job(c, &out);
 }
 

@@ -24,6 +24,8 @@ size_t rl_cpu_n_ctx(const rl_cpu *c);
 size_t rl_cpu_n_threads(const rl_cpu *c);
 /* Bytes the KV cache occupies / one decode step at position pos reads from it. */
 size_t rl_cpu_kv_bytes(const rl_cpu *c);
+/* Extra memory held by weights repacked at load for the fast kernels (0 on the exact path). */
+size_t rl_cpu_packed_bytes(const rl_cpu *c);
 size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos);
 
 /* Feeds tokens[0..S) at positions pos..pos+S-1, filling the KV cache. Writes logits of every

@@ -28,7 +28,7 @@
 #define GGUF_TI_MIN 24                      /* name length u64 + n_dims + type + offset */
 
 /* Bytes of one scalar of each value type; 0 for STRING and ARRAY (variable) and bad ids. */
-static size_t vtype_size(uint32_t t) {
+size_t gguf_vtype_size(uint32_t t) {
     static const size_t k[GGUF_VTYPE_COUNT] = {
         [GGUF_U8] = 1, [GGUF_I8] = 1, [GGUF_U16] = 2, [GGUF_I16] = 2, [GGUF_U32] = 4,
         [GGUF_I32] = 4, [GGUF_F32] = 4, [GGUF_BOOL] = 1, [GGUF_U64] = 8, [GGUF_I64] = 8,
@@ -37,7 +37,7 @@ static size_t vtype_size(uint32_t t) {
     return t < GGUF_VTYPE_COUNT ? k[t] : 0;
 }
 
-static const char *vtype_name(uint32_t t) {
+const char *gguf_vtype_name(uint32_t t) {
     static const char *k[GGUF_VTYPE_COUNT] = {
         "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
         "BOOL", "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64",
@@ -193,8 +193,8 @@ static int rd_str(cursor *c, gguf_str *s, const char *what) {
 /* Reads one value of scalar type t (not ARRAY) at the cursor; strings go to *s. */
 static int rd_scalar(cursor *c, uint32_t t, gguf_str *s) {
     if (t == GGUF_STRING) return rd_str(c, s, "string");
-    size_t sz = vtype_size(t);
-    if (need(c, sz, vtype_name(t))) return -1;
+    size_t sz = gguf_vtype_size(t);
+    if (need(c, sz, gguf_vtype_name(t))) return -1;
     if (t == GGUF_BOOL && c->base[c->pos] > 1)
         return rl_fail(c->e, "%s: %s: BOOL value at offset %zu is %u, must be 0 or 1", c->file,
                        c->where, c->pos, c->base[c->pos]);
@@ -232,11 +232,11 @@ static int parse_kv(cursor *c, gguf_kv *kv, size_t i) {
         return rl_fail(c->e, "%s: %s: array count %llu exceeds the limit of 2^30 elements",
                        c->file, c->where, (unsigned long long)n);
     /* Each string element needs at least its 8-byte length, so this bounds the allocation too. */
-    size_t elem = kv->arr_type == GGUF_STRING ? 8 : vtype_size(kv->arr_type);
+    size_t elem = kv->arr_type == GGUF_STRING ? 8 : gguf_vtype_size(kv->arr_type);
     if (n > remaining(c) / elem)
         return rl_fail(c->e, "%s: %s: array count %llu of %s needs at least %llu bytes but only "
                        "%zu remain", c->file, c->where, (unsigned long long)n,
-                       vtype_name(kv->arr_type), (unsigned long long)(n * elem), remaining(c));
+                       gguf_vtype_name(kv->arr_type), (unsigned long long)(n * elem), remaining(c));
     kv->n = n;
     kv->data = c->base + c->pos;
     if (kv->arr_type == GGUF_STRING) {
@@ -312,7 +312,7 @@ static int check_alignment(gguf_file *f, rl_err *e) {
     if (!kv) return 0;
     if (kv->type != GGUF_U32)
         return rl_fail(e, "%s: key 'general.alignment' must be UINT32, found %s", f->name,
-                       kv->type == GGUF_ARRAY ? "ARRAY" : vtype_name(kv->type));
+                       kv->type == GGUF_ARRAY ? "ARRAY" : gguf_vtype_name(kv->type));
     uint32_t a = get_u32(kv->data);
     if (a == 0 || (a & (a - 1)))
         return rl_fail(e, "%s: key 'general.alignment' is %u, must be a non-zero power of two",
@@ -538,9 +538,9 @@ static int wrong_type(const gguf_file *f, const gguf_kv *kv, const char *want, r
     char kb[96];
     if (kv->type == GGUF_ARRAY)
         return rl_fail(e, "%s: key '%s' must be %s, found ARRAY of %s", f->name,
-                       show(kb, sizeof kb, kv->key), want, vtype_name(kv->arr_type));
+                       show(kb, sizeof kb, kv->key), want, gguf_vtype_name(kv->arr_type));
     return rl_fail(e, "%s: key '%s' must be %s, found %s", f->name, show(kb, sizeof kb, kv->key),
-                   want, vtype_name(kv->type));
+                   want, gguf_vtype_name(kv->type));
 }
 
 /* Shared by the integer getters: the value as sign + magnitude, or an error for non-integers. */
@@ -621,7 +621,7 @@ int gguf_get_arr(const gguf_file *f, const char *key, uint32_t elem_type, const 
     if (!kv) return 0;
     if (kv->type != GGUF_ARRAY || kv->arr_type != elem_type) {
         char want[48];
-        snprintf(want, sizeof want, "ARRAY of %s", vtype_name(elem_type));
+        snprintf(want, sizeof want, "ARRAY of %s", gguf_vtype_name(elem_type));
         return wrong_type(f, kv, want, e);
     }
     *out = kv;
@@ -629,7 +629,7 @@ int gguf_get_arr(const gguf_file *f, const char *key, uint32_t elem_type, const 
 }
 
 int64_t gguf_arr_i64(const gguf_kv *kv, uint64_t i) {
-    const uint8_t *p = kv->data + i * vtype_size(kv->arr_type);
+    const uint8_t *p = kv->data + i * gguf_vtype_size(kv->arr_type);
     if (kv->arr_type == GGUF_F32 || kv->arr_type == GGUF_F64) {
         /* Truncated toward zero and saturated (NaN gives 0): an out-of-range cast would be UB. */
         double x = read_float(p, kv->arr_type);
@@ -644,7 +644,7 @@ int64_t gguf_arr_i64(const gguf_kv *kv, uint64_t i) {
 }
 
 double gguf_arr_f64(const gguf_kv *kv, uint64_t i) {
-    const uint8_t *p = kv->data + i * vtype_size(kv->arr_type);
+    const uint8_t *p = kv->data + i * gguf_vtype_size(kv->arr_type);
     if (kv->arr_type == GGUF_BOOL) return p[0];
     return read_float(p, kv->arr_type);
 }
@@ -710,7 +710,7 @@ static int w_add_key(gguf_writer *w, const char *key, uint32_t type, rl_err *e) 
     if (!key || !*key) return rl_fail(e, "gguf writer: empty key");
     if (type != GGUF_U32 && !strcmp(key, "general.alignment"))
         return rl_fail(e, "gguf writer: key 'general.alignment' must be UINT32, given %s",
-                       vtype_name(type));
+                       gguf_vtype_name(type));
     if (strlen(key) > GGUF_MAX_STRING) return rl_fail(e, "gguf writer: key too long");
     if (w->fp) return rl_fail(e, "gguf writer: key '%s' added after the header was written", key);
     for (size_t i = 0; i < w->n_kv; i++)
@@ -735,7 +735,7 @@ static int w_alignment_key(gguf_writer *w, const char *key, uint32_t type, const
     if (strcmp(key, "general.alignment")) return 0;
     if (type != GGUF_U32)
         return rl_fail(e, "gguf writer: key 'general.alignment' must be UINT32, given %s",
-                       vtype_name(type));
+                       gguf_vtype_name(type));
     uint32_t a = get_u32(val);
     if (a != w->alignment)
         return rl_fail(e, "gguf writer: general.alignment %u differs from the writer's %zu", a,
@@ -745,7 +745,7 @@ static int w_alignment_key(gguf_writer *w, const char *key, uint32_t type, const
 
 static int w_scalar(gguf_writer *w, const char *key, uint32_t type, const void *v, rl_err *e) {
     uint8_t le[8];
-    size_t n = vtype_size(type);
+    size_t n = gguf_vtype_size(type);
     uint64_t x = 0;
     memcpy(&x, v, n); /* host is little-endian (checked by the reader's byte order rules) */
     for (size_t i = 0; i < 8; i++) le[i] = (uint8_t)(x >> (8 * i));
@@ -827,7 +827,7 @@ int gguf_w_arr(gguf_writer *w, const char *key, uint32_t elem_type, const void *
     if (check_arr(key, elem_type, n, e)) return -1;
     if (elem_type == GGUF_STRING)
         return rl_fail(e, "gguf writer: key '%s': use gguf_w_arr_str for string arrays", key);
-    size_t sz = vtype_size(elem_type);
+    size_t sz = gguf_vtype_size(elem_type);
     if (elem_type == GGUF_BOOL)
         for (size_t i = 0; i < n; i++)
             if (((const uint8_t *)data)[i] > 1)
@@ -870,7 +870,7 @@ int gguf_w_copy_kv(gguf_writer *w, const gguf_kv *kv, rl_err *e) {
     if (w_add_key(w, key, kv->type, e)) return -1;
     if (!strcmp(key, "general.alignment")) w->has_align_kv = true;
     put_u32(&w->kvs, kv->type);
-    put(&w->kvs, kv->data, vtype_size(kv->type)); /* already little-endian bytes */
+    put(&w->kvs, kv->data, gguf_vtype_size(kv->type)); /* already little-endian bytes */
     return w_done(w, e);
 }
 

@@ -90,6 +90,11 @@ int gguf_get_arr(const gguf_file *f, const char *key, uint32_t elem_type, const 
 int64_t gguf_arr_i64(const gguf_kv *kv, uint64_t i);
 double gguf_arr_f64(const gguf_kv *kv, uint64_t i);
 
+/* "UINT32", "ARRAY", ... ("unknown" out of range) and the byte size of a scalar type (0 for
+ * STRING, ARRAY and unknown types). */
+const char *gguf_vtype_name(uint32_t t);
+size_t gguf_vtype_size(uint32_t t);
+
 /* Compares a gguf_str with a C string. */
 bool gguf_str_eq(gguf_str s, const char *c);
 

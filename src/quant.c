@@ -386,7 +386,7 @@ size_t rl_q8a_row_bytes(size_t n) {
     return n / RL_QK * sizeof(rl_q8a);
 }
 
-void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
+void rl_q8a_quant_row_ref(const float *x, rl_q8a *dst, size_t n) {
     for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK) {
         float amax = 0;
         for (size_t j = 0; j < RL_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -400,6 +400,7 @@ void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
         }
         dst[i].d = d;
         dst[i].s = d * (float)sum;
+        dst[i].sum8 = 8 * sum;
     }
 }
 
@@ -472,11 +473,71 @@ static bool uses_fast_path(const rl_mm *m) {
     return m->xq != NULL && m->type != RL_F32 && m->type != RL_F16 && m->type != RL_BF16;
 }
 
+/* ---- row-interleaved (x8) weights --------------------------------------------------------- */
+
+bool rl_pack_supported(uint32_t type, size_t rows, size_t n) {
+    return (type == RL_Q4_0 || type == RL_Q8_0) && rows % RL_PACK_ROWS == 0 && n % RL_QK == 0 && n > 0;
+}
+
+/* Offset of the 8-row group holding row r's block b inside a packed matrix (bs: block bytes).
+ * Inside it: row r's scale at 2 * (r % 8), its quant byte j at 16 + (j / 4) * 32 + (r % 8) * 4 + j % 4. */
+static size_t packed_group(size_t bs, size_t row_bytes, size_t r, size_t b) {
+    return r / RL_PACK_ROWS * RL_PACK_ROWS * row_bytes + b * RL_PACK_ROWS * bs;
+}
+
+void rl_pack_rows(uint32_t type, const void *w, size_t row_bytes, size_t rows, size_t n, void *dst) {
+    size_t bs = rl_type_get(type)->size, qb = bs - 2, nb = n / RL_QK;
+    for (size_t r = 0; r < rows; r++) {
+        const uint8_t *src = (const uint8_t *)w + r * row_bytes;
+        size_t lane = r % RL_PACK_ROWS;
+        for (size_t b = 0; b < nb; b++, src += bs) {
+            uint8_t *g = (uint8_t *)dst + packed_group(bs, row_bytes, r, b);
+            memcpy(g + 2 * lane, src, 2);
+            for (size_t j = 0; j < qb; j += 4) memcpy(g + 16 + j * RL_PACK_ROWS + lane * 4, src + 2 + j, 4);
+        }
+    }
+}
+
+void rl_packed_block(uint32_t type, const void *packed, size_t row_bytes, size_t r, size_t b, void *dst) {
+    size_t bs = rl_type_get(type)->size, qb = bs - 2, lane = r % RL_PACK_ROWS;
+    const uint8_t *g = (const uint8_t *)packed + packed_group(bs, row_bytes, r, b);
+    uint8_t *o = dst;
+    memcpy(o, g + 2 * lane, 2);
+    for (size_t j = 0; j < qb; j += 4) memcpy(o + 2 + j, g + 16 + j * RL_PACK_ROWS + lane * 4, 4);
+}
+
+/* Packed weights: the same computation with each block gathered back into row-major form
+ * first; blocks are 32 values, so the sums run in the same order as the row-major path. */
+static void ref_packed(const rl_mm *m, size_t r0, size_t r1, bool fast) {
+    uint8_t blk[64];
+    float vals[RL_QK];
+    for (size_t r = r0; r < r1; r++) {
+        for (size_t s = 0; s < m->S; s++) {
+            float v = 0;
+            for (size_t b = 0; b < m->n / RL_QK; b++) {
+                rl_packed_block(m->type, m->w, m->row_bytes, r, b, blk);
+                if (fast) {
+                    v += ref_fast_dot(m->type, blk, m->xq + s * (m->n / RL_QK) + b, RL_QK);
+                } else {
+                    rl_dequant_row(m->type, blk, vals, RL_QK);
+                    for (size_t i = 0; i < RL_QK; i++) v += vals[i] * m->x[s * m->n + b * RL_QK + i];
+                }
+            }
+            float *y = m->y + s * m->ys + r;
+            *y = m->accumulate ? *y + v : v;
+        }
+    }
+}
+
 void rl_mm_rows_ref(const rl_mm *m, size_t r0, size_t r1) {
     /* exact path: dequantize a chunk at a time (no row-sized stack buffer); the dot still runs
      * in index order with one accumulator, chunks just repeat per column */
     float chunk[RL_QK_K];
     bool fast = uses_fast_path(m);
+    if (m->packed) {
+        ref_packed(m, r0, r1, fast);
+        return;
+    }
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *w = (const uint8_t *)m->w + r * m->row_bytes;
         for (size_t s = 0; s < m->S; s++) {

@@ -35,16 +35,20 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
 void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
 
 /* The fast path's activation block: 32 int8 values with one fp32 scale d (x ~ d*qs), and
- * s = d * sum(qs), which lets offset formats (Q4_0's -8, K-quant mins) fold in one multiply. */
+ * s = d * sum(qs), which lets offset formats (Q4_0's -8, K-quant mins) fold in one multiply;
+ * sum8 = 8 * sum(qs) exactly, which the packed Q4_0 kernel subtracts in integers. */
 typedef struct rl_q8a {
     float d;
     float s;
+    int32_t sum8;
     int8_t qs[32];
 } rl_q8a;
 
 /* Bytes of the quantized form of an activation row of n values (n multiple of 32). */
 size_t rl_q8a_row_bytes(size_t n);
 void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n);
+/* Scalar reference of rl_q8a_quant_row (which is SIMD where available, with identical output). */
+void rl_q8a_quant_row_ref(const float *x, rl_q8a *dst, size_t n);
 
 /* One matmul: y[s][r] = W[r,:] . x[s,:] for rows r of W and columns s of the activations.
  * W is row-major in its stored format, n = its contiguous dimension (ne[0]). */
@@ -59,6 +63,8 @@ typedef struct rl_mm {
     float *y;          /* y[s * ys + r] */
     size_t ys;
     bool accumulate;   /* y += result (residual add folded in) instead of y = result */
+    bool packed;       /* w is in the row-interleaved form of rl_pack_rows (same size; row r's
+                          group starts at w + (r / 8) * 8 * row_bytes); r0, r1 multiples of 8 */
 } rl_mm;
 
 /* Computes rows [r0, r1) for all S columns; threads call it on disjoint row ranges. Uses the
@@ -66,6 +72,21 @@ typedef struct rl_mm {
 void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1);
 /* Scalar reference of the same computation (the oracle for the SIMD kernels). */
 void rl_mm_rows_ref(const rl_mm *m, size_t r0, size_t r1);
+
+/* Row-interleaved ("x8") weights, Q4_0 and Q8_0: groups of RL_PACK_ROWS rows, and within a
+ * group, block b of all 8 rows together: the 8 fp16 scales (16 bytes), then the quants with the
+ * rows interleaved every 4 bytes (byte 32k + 4r + i = row r's quant byte 4k + i). One 32-byte
+ * load then holds 4 quant bytes of each of the 8 rows, so the kernels multiply it by 4
+ * broadcast activation bytes and get one int32 per row without any horizontal sum, and decode
+ * streams one contiguous array. Same byte count as the row-major form. */
+#define RL_PACK_ROWS 8
+/* True when rl_pack_rows can repack this matrix (type Q4_0/Q8_0, rows multiple of 8). */
+bool rl_pack_supported(uint32_t type, size_t rows, size_t n);
+/* Repacks rows x n weights (row-major, row_bytes apart) into dst (rows * row_bytes bytes). */
+void rl_pack_rows(uint32_t type, const void *w, size_t row_bytes, size_t rows, size_t n, void *dst);
+/* Copies block b of row r of a packed matrix back into its row-major block form (dst: one
+ * block, type size bytes). */
+void rl_packed_block(uint32_t type, const void *packed, size_t row_bytes, size_t r, size_t b, void *dst);
 
 /* Row-block granularity threads should split on (a multiple the kernels tile by). */
 size_t rl_mm_row_tile(uint32_t type);

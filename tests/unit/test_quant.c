@@ -223,6 +223,20 @@ static void test_roundtrip(void) {
         off += fabsf(a[b].s - a[b].d * sum) > 1e-6f * fabsf(a[b].s) + 1e-30f;
     }
     CHECK(off == 0, "q8a quantization off at %d places", off);
+    /* the SIMD quantizer is bit-identical to the scalar reference, including all-zero blocks,
+     * ties at .5 and values at the int8 limits */
+    {
+        enum { NQ = 32 * 40 };
+        float xs[NQ];
+        rl_q8a got[NQ / 32], want[NQ / 32];
+        for (size_t i = 0; i < NQ; i++) xs[i] = rnd_gauss() * (i % 61 == 0 ? 9.0f : 1.0f);
+        for (size_t i = 0; i < 32; i++) xs[i] = 0;                              /* zero block */
+        for (size_t i = 32; i < 64; i++) xs[i] = (float)((int)i - 48) + 0.5f;   /* ties */
+        xs[64] = -3.0f;                                                           /* -amax */
+        rl_q8a_quant_row(xs, got, NQ);
+        rl_q8a_quant_row_ref(xs, want, NQ);
+        CHECK(memcmp(got, want, sizeof got) == 0, "SIMD q8a quantization differs from the reference");
+    }
 }
 
 /* ---- kernels vs reference ---------------------------------------------------------------- */
@@ -312,6 +326,82 @@ static void test_kernels(void) {
     printf("kernels: %s\n", rl_simd_name());
 }
 
+/* ---- row-interleaved (packed) weights ----------------------------------------------------- */
+
+/* Packs a random matrix, checks every block unpacks to its row-major original, that the
+ * reference on the packed form is bit-identical to the reference on the row-major form, and
+ * that the SIMD kernels on the packed form agree with it within float summation error. */
+static void packed_case(uint32_t type, size_t n, size_t S, size_t rows, size_t r0, size_t r1, bool acc) {
+    size_t rb = rl_row_bytes(type, n), bs = rl_type_get(type)->size;
+    uint8_t *w = malloc(rb * rows), *wp = malloc(rb * rows), blk[64];
+    float *x = malloc(sizeof(float) * n * S);
+    rl_q8a *xq = malloc(rl_q8a_row_bytes(n) * S);
+    size_t ys = rows + 5;
+    float *y = malloc(sizeof(float) * ys * S), *yr = malloc(sizeof(float) * ys * S), *yp = malloc(sizeof(float) * ys * S);
+    for (size_t r = 0; r < rows; r++) random_row(type, w + r * rb, n);
+    for (size_t i = 0; i < n * S; i++) x[i] = rnd_gauss() * (i % 89 == 0 ? 5.0f : 1.0f);
+    for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * n, xq + s * (n / RL_QK), n);
+    CHECK(rl_pack_supported(type, rows, n), "%s rows=%zu n=%zu should be packable", rl_type_name(type), rows, n);
+    rl_pack_rows(type, w, rb, rows, n, wp);
+    int bad_blk = 0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t b = 0; b < n / RL_QK; b++) {
+            rl_packed_block(type, wp, rb, r, b, blk);
+            bad_blk += memcmp(blk, w + r * rb + b * bs, bs) != 0;
+        }
+    CHECK(bad_blk == 0, "%s: %d packed blocks do not unpack to their original", rl_type_name(type), bad_blk);
+    for (int fast = 0; fast < 2; fast++) {
+        for (size_t i = 0; i < ys * S; i++) y[i] = yr[i] = yp[i] = rndf();
+        rl_mm m = {.type = type, .w = w, .row_bytes = rb, .n = n, .S = S, .x = x, .xq = fast ? xq : NULL,
+                   .y = yr, .ys = ys, .accumulate = acc};
+        rl_mm_rows_ref(&m, r0, r1);
+        m.w = wp;
+        m.packed = true;
+        m.y = yp;
+        rl_mm_rows_ref(&m, r0, r1);
+        m.y = y;
+        rl_mm_rows(&m, r0, r1);
+        int bad = 0, diff_ref = 0;
+        double worst = 0;
+        for (size_t s = 0; s < S; s++)
+            for (size_t r = 0; r < rows; r++) {
+                size_t i = s * ys + r;
+                diff_ref += memcmp(&yp[i], &yr[i], 4) != 0;
+                if (r < r0 || r >= r1) {
+                    bad += memcmp(&y[i], &yr[i], 4) != 0;
+                    continue;
+                }
+                double mag = fabs(yr[i]);
+                for (size_t b = 0; b < n / RL_QK; b++) {
+                    float vals[RL_QK];
+                    rl_dequant_row(type, w + r * rb + b * bs, vals, RL_QK);
+                    for (size_t k = 0; k < RL_QK; k++) mag += fabs((double)vals[k] * x[s * n + b * RL_QK + k]);
+                }
+                double err = fabs((double)y[i] - yr[i]) / mag;
+                if (err > worst) worst = err;
+                bad += err > 2e-6;
+            }
+        CHECK(diff_ref == 0, "%s packed reference differs from row-major reference at %d places", rl_type_name(type), diff_ref);
+        CHECK(bad == 0, "%s packed n=%zu S=%zu rows [%zu,%zu) acc=%d fast=%d: %d mismatches, worst rel %.3g",
+              rl_type_name(type), n, S, r0, r1, acc, fast, bad, worst);
+    }
+    free(w); free(wp); free(x); free(xq); free(y); free(yr); free(yp);
+}
+
+static void test_packed(void) {
+    const uint32_t types[] = {RL_Q4_0, RL_Q8_0};
+    const size_t Ss[] = {1, 2, 3, 4, 5, 7, 8, 9};
+    for (size_t t = 0; t < 2; t++) {
+        for (size_t i = 0; i < sizeof Ss / sizeof Ss[0]; i++) {
+            size_t n = (i % 3 == 0) ? 2048 : 32 * (1 + rnd() % 40), rows = 8 * (1 + rnd() % 4);
+            size_t r0 = 8 * (rnd() % 2 ? 0 : rows / 16), r1 = rows - 8 * (rnd() % 2) * (rows > r0 + 8);
+            packed_case(types[t], n, Ss[i], rows, r0, r1, rnd() & 1);
+        }
+        CHECK(!rl_pack_supported(types[t], 12, 64), "rows not a multiple of 8 must not be packable");
+    }
+    CHECK(!rl_pack_supported(RL_Q4_K, 8, 256), "Q4_K has no packed form");
+}
+
 /* ---- tool mode for the Python oracle ------------------------------------------------------- */
 
 static uint32_t type_by_name(const char *name) {
@@ -383,5 +473,6 @@ int main(int argc, char **argv) {
     test_f16();
     test_roundtrip();
     test_kernels();
+    test_packed();
     return check_report("test_quant");
 }
