@@ -27,18 +27,20 @@ const char *cli_default_model(void);
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu.h"
+#include "backend.h"
 #include "model.h"
 
 typedef struct cli_session {
     rl_model model;
-    rl_cpu *cpu;
+    rl_backend be;
     bool loaded;
 } cli_session;
 
 /* Loads path (or the shipped model when NULL) and creates the CPU state; prints the error
  * and returns -1 on failure. */
-int cli_session_open(cli_session *s, const char *path, const rl_cpu_opts *o);
+int cli_session_open(cli_session *s, const char *path, const rl_backend_opts *o);
+/* Handles --device's argument; prints an error and returns -1 on a bad name. */
+int cli_parse_device(const char *text, enum rl_device *out);
 void cli_session_close(cli_session *s);
 /* Parses "1 2 3" or "1,2,3" into a malloc'ed id list; prints an error on bad input. */
 int cli_parse_ids(const char *text, int32_t **ids, size_t *n);

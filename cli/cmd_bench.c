@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "membw.h"
 #include "quant.h"
 
 static void usage(FILE *out) {
@@ -21,7 +20,8 @@ static void usage(FILE *out) {
         "  -t N        threads (default: all cores)\n"
         "  --json      one JSON object instead of the table\n"
         "  --exact     fp32 activations (no 8-bit activation fast path)\n"
-        "  --no-ceiling skip measuring the memory read bandwidth\n");
+        "  --no-ceiling skip measuring the memory read bandwidth\n"
+        "  --device D  cpu, cuda or auto (default)\n");
 }
 
 typedef struct stats {
@@ -51,11 +51,11 @@ int cmd_bench(int argc, char **argv) {
         {"model", 1, 0, 'm'}, {"n-prompt", 1, 0, 'p'}, {"n-gen", 1, 0, 'n'},
         {"repetitions", 1, 0, 'r'}, {"threads", 1, 0, 't'}, {"depth", 1, 0, 'd'},
         {"batch", 1, 0, 'b'}, {"json", 0, 0, 'j'}, {"exact", 0, 0, 'x'},
-        {"no-ceiling", 0, 0, 'C'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"no-ceiling", 0, 0, 'C'}, {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL;
     long np = 512, ng = 128, reps = 5, depth = 0, v;
     bool json = false, no_ceiling = false;
-    rl_cpu_opts co = {0};
+    rl_backend_opts co = {0};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:n:r:t:d:b:h", opts, NULL)) != -1) {
@@ -70,6 +70,7 @@ int cmd_bench(int argc, char **argv) {
         case 'j': json = true; break;
         case 'x': co.exact = true; break;
         case 'C': no_ceiling = true; break;
+        case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -83,7 +84,7 @@ int cmd_bench(int argc, char **argv) {
     cli_session s;
     if (cli_session_open(&s, model, &co)) return 1;
     const rl_config *cfg = &s.model.cfg;
-    size_t nt = rl_cpu_n_threads(s.cpu);
+    size_t nt = s.be.n_threads;
     int rc = 1;
     rl_err e = {{0}};
     size_t n_tok = need + 1;
@@ -97,21 +98,21 @@ int cmd_bench(int argc, char **argv) {
         toks[i] = (int32_t)(r % cfg->n_vocab);
     }
     if (!json) fprintf(stderr, "rawloop: warming up\n");
-    if (rl_cpu_forward(s.cpu, toks, np > 0 ? (size_t)(np < 16 ? np : 16) : 1, 0, lg, false, &e) ||
-        rl_cpu_forward(s.cpu, toks, 1, 0, lg, false, &e))
+    if (rl_backend_forward(&s.be, toks, np > 0 ? (size_t)(np < 16 ? np : 16) : 1, 0, lg, false, &e) ||
+        rl_backend_forward(&s.be, toks, 1, 0, lg, false, &e))
         goto fail;
     for (long rep = 0; rep < reps; rep++) {
-        if (depth > 0 && rl_cpu_forward(s.cpu, toks, (size_t)depth, 0, NULL, false, &e)) goto fail;
+        if (depth > 0 && rl_backend_forward(&s.be, toks, (size_t)depth, 0, NULL, false, &e)) goto fail;
         if (np > 0) {
             double t0 = cli_now();
-            if (rl_cpu_forward(s.cpu, toks + depth, (size_t)np, (size_t)depth, lg, false, &e))
+            if (rl_backend_forward(&s.be, toks + depth, (size_t)np, (size_t)depth, lg, false, &e))
                 goto fail;
             pp[rep] = np / (cli_now() - t0);
         }
         if (ng > 0) {
             double t0 = cli_now();
             for (long i = 0; i < ng; i++)
-                if (rl_cpu_forward(s.cpu, toks + i, 1, (size_t)(depth + i), lg, false, &e))
+                if (rl_backend_forward(&s.be, toks + i, 1, (size_t)(depth + i), lg, false, &e))
                     goto fail;
             tg[rep] = ng / (cli_now() - t0);
         }
@@ -120,20 +121,20 @@ int cmd_bench(int argc, char **argv) {
     }
     stats sp = summarize(pp, (size_t)reps), sg = summarize(tg, (size_t)reps);
     size_t wbytes = rl_model_bytes_per_token(&s.model);
-    size_t kvb = ng > 0 ? rl_cpu_kv_read_bytes(s.cpu, (size_t)(depth + ng / 2)) : 0;
+    size_t kvb = ng > 0 ? rl_backend_kv_read_bytes(&s.be, (size_t)(depth + ng / 2)) : 0;
     double bpt = (double)(wbytes + kvb), gbps = bpt * sg.median / 1e9;
-    double ceil = no_ceiling ? 0 : rl_measure_read_gbps(nt, (size_t)1 << 30, 5);
+    double ceil = no_ceiling ? 0 : s.be.ops->read_ceiling_gbps(s.be.impl);
     char desc[256];
     rl_model_describe(&s.model, desc, sizeof desc);
     if (json) {
-        printf("{\"model\": \"%s\", \"type\": \"%s\", \"backend\": \"cpu\", \"simd\": \"%s\", "
+        printf("{\"model\": \"%s\", \"type\": \"%s\", \"backend\": \"%s\", "
                "\"threads\": %zu, \"exact\": %s, \"depth\": %ld, \"n_prompt\": %ld, "
                "\"n_gen\": %ld, \"reps\": %ld, \"pp_tps\": %.3f, \"pp_sd\": %.3f, "
                "\"pp_min\": %.3f, \"pp_max\": %.3f, \"tg_tps\": %.3f, \"tg_sd\": %.3f, "
                "\"tg_min\": %.3f, \"tg_max\": %.3f, \"bytes_per_token\": %.0f, "
                "\"weight_bytes_per_token\": %zu, \"kv_bytes_per_token\": %zu, \"gbps\": %.3f, "
                "\"ceiling_gbps\": %.3f, \"ceiling_share\": %.4f, \"file_bytes\": %zu}\n",
-               desc, rl_model_type_name(&s.model), rl_simd_name(), nt,
+               desc, rl_model_type_name(&s.model), s.be.name, nt,
                co.exact ? "true" : "false", depth, np, ng, reps, sp.median, sp.sd, sp.min,
                sp.max, sg.median, sg.sd, sg.min, sg.max, bpt, wbytes, kvb, gbps, ceil,
                ceil > 0 ? gbps / ceil : 0, s.model.file_weight_bytes);
@@ -143,19 +144,19 @@ int cmd_bench(int argc, char **argv) {
         char dtag[32] = "";
         if (depth) snprintf(dtag, sizeof dtag, " @ d%ld", depth);
         if (np > 0)
-            printf("| %s %s | %.2f GB | %.2f B | cpu-%s | %zu | pp%ld%s | %.2f ± %.2f | | |\n",
+            printf("| %s %s | %.2f GB | %.2f B | %s | %zu | pp%ld%s | %.2f ± %.2f | | |\n",
                    cfg->arch_name, rl_model_type_name(&s.model), s.model.file_weight_bytes / 1e9,
-                   rl_model_n_params(&s.model) / 1e9, rl_simd_name(), nt, np, dtag, sp.median,
+                   rl_model_n_params(&s.model) / 1e9, s.be.name, nt, np, dtag, sp.median,
                    sp.sd);
         if (ng > 0)
-            printf("| %s %s | %.2f GB | %.2f B | cpu-%s | %zu | tg%ld%s | %.2f ± %.2f | %.1f | "
+            printf("| %s %s | %.2f GB | %.2f B | %s | %zu | tg%ld%s | %.2f ± %.2f | %.1f | "
                    "%.0f%% |\n", cfg->arch_name, rl_model_type_name(&s.model),
                    s.model.file_weight_bytes / 1e9, rl_model_n_params(&s.model) / 1e9,
-                   rl_simd_name(), nt, ng, dtag, sg.median, sg.sd, gbps,
+                   s.be.name, nt, ng, dtag, sg.median, sg.sd, gbps,
                    ceil > 0 ? 100 * gbps / ceil : 0);
         printf("\nbytes per generated token: %.1f MB (weights %.1f MB + KV %.1f MB at position "
-               "%ld); read ceiling %.1f GB/s (%zu threads, measured now); %s; median ± sd of %ld "
-               "runs\n", bpt / 1e6, wbytes / 1e6, kvb / 1e6, depth + ng / 2, ceil, nt,
+               "%ld); read ceiling %.1f GB/s (%s, %zu threads, measured now); %s; median ± sd of %ld "
+               "runs\n", bpt / 1e6, wbytes / 1e6, kvb / 1e6, depth + ng / 2, ceil, s.be.name, nt,
                co.exact ? "exact fp32 activations" : "8-bit activations", reps);
     }
     rc = 0;

@@ -13,6 +13,7 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop perplexity -m FILE -f TEXT [-c CTX] [-t N] [-b N] [--exact] [--chunks N]\n"
+        "                          [--device cpu|cuda|auto]\n"
         "Prints [chunk]running-PPL as it goes and 'Final estimate: PPL = X +/- E'.\n"
         "  -c, --ctx-size N  tokens per chunk (default 512)\n"
         "  -b, --batch N     tokens per forward chunk (default 64)\n"
@@ -23,10 +24,10 @@ int cmd_perplexity(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"file", 1, 0, 'f'}, {"ctx-size", 1, 0, 'c'},
         {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'}, {"exact", 0, 0, 'x'},
-        {"chunks", 1, 0, 'k'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"chunks", 1, 0, 'k'}, {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *path = NULL;
     long ctx = 512, v, max_chunks = -1;
-    rl_cpu_opts co = {0};
+    rl_backend_opts co = {0};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:f:c:t:b:h", opts, NULL)) != -1) {
@@ -38,6 +39,7 @@ int cmd_perplexity(int argc, char **argv) {
         case 'b': if (cli_parse_long("-b", optarg, 1, 4096, &v)) return 2; co.max_batch = (size_t)v; break;
         case 'k': if (cli_parse_long("--chunks", optarg, 1, 1L << 30, &max_chunks)) return 2; break;
         case 'x': co.exact = true; break;
+        case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -89,14 +91,14 @@ int cmd_perplexity(int argc, char **argv) {
     }
     size_t first = (size_t)ctx / 2, count = 0;
     double nll = 0, nll2 = 0;
-    fprintf(stderr, "rawloop: %zu chunks of %ld tokens, %s\n", n_chunks, ctx,
+    fprintf(stderr, "rawloop: %zu chunks of %ld tokens, %s, %s\n", n_chunks, ctx, s.be.name,
             co.exact ? "exact fp32 activations" : "8-bit activations");
     t0 = cli_now();
     for (size_t ch = 0; ch < n_chunks; ch++) {
         int32_t *chunk = all + ch * (size_t)ctx;
         int32_t saved = chunk[0];
         if (add_bos) chunk[0] = rl_tok_bos(tok);
-        int r = rl_cpu_forward(s.cpu, chunk, (size_t)ctx, 0, lg, true, &e);
+        int r = rl_backend_forward(&s.be, chunk, (size_t)ctx, 0, lg, true, &e);
         chunk[0] = saved;
         if (r < 0) {
             fprintf(stderr, "rawloop: %s\n", e.msg);

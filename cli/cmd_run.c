@@ -19,6 +19,8 @@ static void usage(FILE *out) {
         "  -n, --n-predict N      tokens to generate (default 128)\n"
         "  -c, --ctx-size N       context size in tokens (default: min(model, 4096))\n"
         "  -t, --threads N        CPU threads (default: all cores)\n"
+        "      --device D         cpu, cuda or auto (default auto: cuda when built with it and\n"
+        "                         a GPU is present)\n"
         "      --temp T           temperature, 0 = greedy (default 0.8)\n"
         "      --top-k K          (default 40, 0 = off)\n"
         "      --top-p P          (default 0.95, 1 = off)\n"
@@ -34,7 +36,7 @@ static void usage(FILE *out) {
 }
 
 enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_EXACT, O_NOBOS, O_IGNEOS, O_IDS,
-       O_PRINTIDS };
+       O_PRINTIDS, O_DEVICE };
 
 int cmd_run(int argc, char **argv) {
     static const struct option opts[] = {
@@ -43,13 +45,13 @@ int cmd_run(int argc, char **argv) {
         {"seed", 1, 0, 's'}, {"temp", 1, 0, O_TEMP}, {"top-k", 1, 0, O_TOPK},
         {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP}, {"repeat-penalty", 1, 0, O_RP},
         {"repeat-last-n", 1, 0, O_RLN}, {"exact", 0, 0, O_EXACT}, {"no-bos", 0, 0, O_NOBOS},
-        {"ignore-eos", 0, 0, O_IGNEOS}, {"ids", 1, 0, O_IDS}, {"print-ids", 0, 0, O_PRINTIDS},
+        {"ignore-eos", 0, 0, O_IGNEOS}, {"ids", 1, 0, O_IDS}, {"print-ids", 0, 0, O_PRINTIDS}, {"device", 1, 0, O_DEVICE},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *prompt = NULL, *pfile = NULL, *ids_text = NULL;
     long n_predict = 128, n_ctx = 0, threads = 0, v;
     bool seeded = false, no_bos = false, ignore_eos = false, print_ids = false;
     rl_sampler_opts so = rl_sampler_defaults();
-    rl_cpu_opts co = {0};
+    rl_backend_opts co = {0};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:s:h", opts, NULL)) != -1) {
@@ -82,6 +84,7 @@ int cmd_run(int argc, char **argv) {
         case O_NOBOS: no_bos = true; break;
         case O_IGNEOS: ignore_eos = true; break;
         case O_PRINTIDS: print_ids = true; break;
+        case O_DEVICE: if (cli_parse_device(optarg, &co.device)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -141,7 +144,7 @@ int cmd_run(int argc, char **argv) {
                         "prompt with -p\n");
         goto out;
     }
-    size_t ctx = rl_cpu_n_ctx(s.cpu);
+    size_t ctx = rl_backend_n_ctx(&s.be);
     if (n_ids + (size_t)n_predict > ctx) {
         fprintf(stderr, "rawloop: prompt (%zu tokens) + -n %ld exceeds the context of %zu tokens; "
                         "raise -c (model trained for %zu) or lower -n\n", n_ids, n_predict, ctx,
@@ -156,7 +159,7 @@ int cmd_run(int argc, char **argv) {
     for (size_t i = 0; i < n_ids; i++) rl_sampler_accept(smp, ids[i]);
 
     double t0 = cli_now();
-    if (rl_cpu_forward(s.cpu, ids, n_ids, 0, logits, false, &e) < 0) {
+    if (rl_backend_forward(&s.be, ids, n_ids, 0, logits, false, &e) < 0) {
         fprintf(stderr, "rawloop: %s\n", e.msg);
         goto out;
     }
@@ -180,7 +183,7 @@ int cmd_run(int argc, char **argv) {
             n_gen++;
             break;
         }
-        if (rl_cpu_forward(s.cpu, &next, 1, pos++, logits, false, &e) < 0) {
+        if (rl_backend_forward(&s.be, &next, 1, pos++, logits, false, &e) < 0) {
             fprintf(stderr, "\nrawloop: %s\n", e.msg);
             goto out;
         }
@@ -192,9 +195,9 @@ int cmd_run(int argc, char **argv) {
     printf("\n");
     double t2 = cli_now();
     fprintf(stderr, "rawloop: prompt %zu tokens in %.3f s (%.2f tok/s); generated %zu tokens in "
-                    "%.3f s (%.2f tok/s); %zu threads, %s\n", n_ids, t1 - t0,
+                    "%.3f s (%.2f tok/s); %s, %zu threads, %s\n", n_ids, t1 - t0,
             n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0,
-            rl_cpu_n_threads(s.cpu), co.exact ? "exact fp32 activations" : "8-bit activations");
+            s.be.name, s.be.n_threads, co.exact ? "exact fp32 activations" : "8-bit activations");
     rc = 0;
 out:
     rl_sampler_free(smp);

@@ -6,7 +6,7 @@
 
 #include "cli.h"
 
-int cli_session_open(cli_session *s, const char *path, const rl_cpu_opts *o) {
+int cli_session_open(cli_session *s, const char *path, const rl_backend_opts *o) {
     rl_err e = {{0}};
     memset(s, 0, sizeof *s);
     if (!path) {
@@ -25,7 +25,7 @@ int cli_session_open(cli_session *s, const char *path, const rl_cpu_opts *o) {
     }
     const char *w = rl_tok_warning(s->model.tok);
     if (w) fprintf(stderr, "rawloop: warning: %s\n", w);
-    if (rl_cpu_new(&s->cpu, &s->model, o, &e) < 0) {
+    if (rl_backend_open(&s->be, &s->model, o, &e) < 0) {
         fprintf(stderr, "rawloop: %s\n", e.msg);
         rl_model_free(&s->model);
         return -1;
@@ -36,9 +36,15 @@ int cli_session_open(cli_session *s, const char *path, const rl_cpu_opts *o) {
 
 void cli_session_close(cli_session *s) {
     if (!s->loaded) return;
-    rl_cpu_free(s->cpu);
+    rl_backend_close(&s->be);
     rl_model_free(&s->model);
     s->loaded = false;
+}
+
+int cli_parse_device(const char *text, enum rl_device *out) {
+    if (rl_device_parse(text, out) == 0) return 0;
+    fprintf(stderr, "rawloop: --device expects cpu, cuda or auto, got '%s'\n", text);
+    return -1;
 }
 
 int cli_parse_ids(const char *text, int32_t **ids, size_t *n) {

@@ -445,8 +445,12 @@ AINLINE __m256i bc4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* Distance, in 8-row blocks, that decode prefetches ahead of the block it multiplies. */
-#define PF_BLOCKS 4
+/* Distance, in 8-row blocks, that decode prefetches ahead of the block it multiplies; 0 = none.
+ * A packed matrix is one contiguous stream, which the hardware prefetcher follows: 4, 8 and 16
+ * measured no better than none. */
+#ifndef PF_BLOCKS
+#define PF_BLOCKS 0
+#endif
 
 
 /* One group of 8 interleaved rows times C activation columns starting at s, for all blocks.
@@ -470,7 +474,7 @@ AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int 
     }
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * gbs;
-        if (C == 1) _mm_prefetch((const char *)(blk + PF_BLOCKS * gbs), _MM_HINT_T0);
+        if (C == 1 && PF_BLOCKS) _mm_prefetch((const char *)(blk + PF_BLOCKS * gbs), _MM_HINT_T0);
         __m256i dot[8];
         if (q4) {
             __m256i sum[8];

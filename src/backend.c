@@ -1,0 +1,61 @@
+#include "backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu.h"
+#include "membw.h"
+#include "quant.h"
+
+static void cpu_free(void *impl) { rl_cpu_free(impl); }
+static size_t cpu_n_ctx(const void *impl) { return rl_cpu_n_ctx(impl); }
+static size_t cpu_kv(const void *impl, size_t pos) { return rl_cpu_kv_read_bytes(impl, pos); }
+static int cpu_forward(void *impl, const int32_t *t, size_t S, size_t pos, float *lg, bool all,
+                       rl_err *e) {
+    return rl_cpu_forward(impl, t, S, pos, lg, all, e);
+}
+static double cpu_ceiling(void *impl) {
+    return rl_measure_read_gbps(rl_cpu_n_threads(impl), (size_t)1 << 30, 5);
+}
+
+static const rl_backend_ops k_cpu_ops = {cpu_free, cpu_n_ctx, cpu_kv, cpu_forward, cpu_ceiling};
+
+int rl_device_parse(const char *s, enum rl_device *out) {
+    if (!strcmp(s, "cpu")) *out = RL_DEVICE_CPU;
+    else if (!strcmp(s, "cuda") || !strcmp(s, "gpu")) *out = RL_DEVICE_CUDA;
+    else if (!strcmp(s, "auto")) *out = RL_DEVICE_AUTO;
+    else return -1;
+    return 0;
+}
+
+#ifndef RL_HAVE_CUDA
+int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e) {
+    return rl_fail(e, "this rawloop was built without CUDA (nvcc was not found at build time); "
+                   "use --device cpu");
+}
+bool rl_cuda_device_present(void) { return false; }
+#endif
+
+bool rl_cuda_usable(void) { return rl_cuda_device_present(); }
+
+int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e) {
+    memset(b, 0, sizeof *b);
+    enum rl_device d = o->device;
+    if (d == RL_DEVICE_AUTO) d = rl_cuda_usable() ? RL_DEVICE_CUDA : RL_DEVICE_CPU;
+    if (d == RL_DEVICE_CUDA) return rl_cuda_open(b, m, o, e);
+    rl_cpu_opts co = {.n_threads = o->n_threads, .n_ctx = o->n_ctx, .max_batch = o->max_batch,
+                      .exact = o->exact};
+    rl_cpu *c;
+    if (rl_cpu_new(&c, m, &co, e) < 0) return -1;
+    b->ops = &k_cpu_ops;
+    b->impl = c;
+    b->device = RL_DEVICE_CPU;
+    b->n_threads = rl_cpu_n_threads(c);
+    snprintf(b->name, sizeof b->name, "cpu-%s", rl_simd_name());
+    return 0;
+}
+
+void rl_backend_close(rl_backend *b) {
+    if (b->ops) b->ops->free(b->impl);
+    memset(b, 0, sizeof *b);
+}

@@ -1,0 +1,62 @@
+/* A backend runs the forward pass of a bound model: the CPU (cpu.c) or, when rawloop was built
+ * with nvcc and a GPU is present, CUDA (src/cuda/). The CLI talks only to this interface. */
+#ifndef RL_BACKEND_H
+#define RL_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "model.h"
+
+enum rl_device { RL_DEVICE_AUTO, RL_DEVICE_CPU, RL_DEVICE_CUDA };
+
+typedef struct rl_backend_opts {
+    enum rl_device device;
+    size_t n_threads;  /* CPU threads; 0 = all cores */
+    size_t n_ctx;      /* KV capacity in tokens; 0 = min(model context, 4096) */
+    size_t max_batch;  /* tokens per forward chunk; 0 = backend default */
+    bool exact;        /* CPU: fp32 activations everywhere */
+} rl_backend_opts;
+
+/* What a backend implementation provides (cpu.c, src/cuda/). */
+typedef struct rl_backend_ops {
+    void (*free)(void *impl);
+    size_t (*n_ctx)(const void *impl);
+    size_t (*kv_read_bytes)(const void *impl, size_t pos);
+    int (*forward)(void *impl, const int32_t *tokens, size_t S, size_t pos, float *logits,
+                   bool all_logits, rl_err *e);
+    double (*read_ceiling_gbps)(void *impl); /* the device's own read-stream bandwidth */
+} rl_backend_ops;
+
+typedef struct rl_backend {
+    const rl_backend_ops *ops;
+    void *impl;
+    enum rl_device device;
+    size_t n_threads;
+    char name[128]; /* "cpu-avx2", "cuda NVIDIA H200" */
+} rl_backend;
+
+int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e);
+void rl_backend_close(rl_backend *b);
+
+static inline int rl_backend_forward(rl_backend *b, const int32_t *tokens, size_t S, size_t pos,
+                                     float *logits, bool all_logits, rl_err *e) {
+    return b->ops->forward(b->impl, tokens, S, pos, logits, all_logits, e);
+}
+static inline size_t rl_backend_n_ctx(const rl_backend *b) { return b->ops->n_ctx(b->impl); }
+static inline size_t rl_backend_kv_read_bytes(const rl_backend *b, size_t pos) {
+    return b->ops->kv_read_bytes(b->impl, pos);
+}
+
+/* Parses "cpu" / "cuda" / "auto"; -1 on anything else. */
+int rl_device_parse(const char *s, enum rl_device *out);
+/* True when this build has the CUDA backend and a CUDA device is present. */
+bool rl_cuda_usable(void);
+
+/* Implemented in src/cuda/ when built with nvcc (RL_HAVE_CUDA). */
+int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e);
+bool rl_cuda_device_present(void);
+
+#endif
