@@ -22,6 +22,26 @@ LDFLAGS += $(SAN)
 
 LIB_SRC  := $(wildcard src/*.c)
 LIB_OBJ  := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRC))
+
+# CUDA backend (src/cuda/*.cu): built whenever nvcc is found (CUDA=auto), never with CUDA=0.
+# cudart is linked statically so the binary runs wherever the driver is.
+NVCC ?= $(shell command -v nvcc 2>/dev/null)
+CUDA ?= auto
+ifeq ($(CUDA),auto)
+  CUDA := $(if $(NVCC),1,0)
+endif
+ifeq ($(CUDA),1)
+  CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+  CU_SRC   := $(wildcard src/cuda/*.cu)
+  CU_OBJ   := $(patsubst src/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CU_SRC))
+  NVFLAGS  ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
+              -gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=compute_80 \
+              -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter
+  CFLAGS   += -DRL_HAVE_CUDA
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+  LIB_OBJ  += $(CU_OBJ)
+  CUDA_TEST := $(BUILD)/test_cuda
+endif
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(patsubst cli/%.c,$(BUILD)/obj/cli/%.o,$(CLI_SRC))
 TEST_SRC := $(wildcard tests/unit/test_*.c)
@@ -29,12 +49,19 @@ TEST_BIN := $(patsubst tests/unit/%.c,$(BUILD)/%,$(TEST_SRC))
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
 .PHONY: all check test test-asan units benches fuzz fuzz-short clean
-all: $(BUILD)/rawloop $(TEST_BIN)
+all: $(BUILD)/rawloop $(TEST_BIN) $(CUDA_TEST)
 
 $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/cli/%.o: cli/%.c | $(BUILD)/obj/cli
 	$(CC) $(CFLAGS) -Isrc -MMD -MP -c $< -o $@
+$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.h) src/backend.h src/model.h | $(BUILD)/obj/cuda
+	$(NVCC) $(NVFLAGS) -Isrc -c $< -o $@
+$(BUILD)/obj/cuda:
+	mkdir -p $@
+# GPU test program (run on a machine with a GPU: tests/cuda/run_device.sh)
+$(BUILD)/test_cuda: tests/cuda/test_cuda.c tests/unit/check.h $(BUILD)/librawloop.a
+	$(CC) $(CFLAGS) -Isrc -Isrc/cuda -Itests/unit $< $(BUILD)/librawloop.a -o $@ $(LDFLAGS) $(LDLIBS)
 $(BUILD)/librawloop.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(BUILD)/rawloop: $(CLI_OBJ) $(BUILD)/librawloop.a

@@ -21,7 +21,8 @@ static void usage(FILE *out) {
         "  --json      one JSON object instead of the table\n"
         "  --exact     fp32 activations (no 8-bit activation fast path)\n"
         "  --no-ceiling skip measuring the memory read bandwidth\n"
-        "  --device D  cpu, cuda or auto (default)\n");
+        "  --device D  cpu, cuda or auto (default)\n"
+        "  --kv-type T f16 (default) or f32 KV cache\n");
 }
 
 typedef struct stats {
@@ -51,7 +52,7 @@ int cmd_bench(int argc, char **argv) {
         {"model", 1, 0, 'm'}, {"n-prompt", 1, 0, 'p'}, {"n-gen", 1, 0, 'n'},
         {"repetitions", 1, 0, 'r'}, {"threads", 1, 0, 't'}, {"depth", 1, 0, 'd'},
         {"batch", 1, 0, 'b'}, {"json", 0, 0, 'j'}, {"exact", 0, 0, 'x'},
-        {"no-ceiling", 0, 0, 'C'}, {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"no-ceiling", 0, 0, 'C'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL;
     long np = 512, ng = 128, reps = 5, depth = 0, v;
     bool json = false, no_ceiling = false;
@@ -71,6 +72,7 @@ int cmd_bench(int argc, char **argv) {
         case 'x': co.exact = true; break;
         case 'C': no_ceiling = true; break;
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
+        case 'K': if (cli_parse_kv_type(optarg, &co.kv_f32)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -9,6 +9,7 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop logits -m FILE --ids \"1 2 3\" -o OUT [--exact] [-t N] [-b N] [--device D]\n"
+        "                     [--kv-type f16|f32]\n"
         "Feeds the ids at positions 0..n-1 (no BOS added) and writes float32 little-endian\n"
         "logits, n rows of n_vocab, row i after ids[0..i].\n"
         "  -b, --batch N   tokens per forward chunk (default 64; 1 = one token at a time)\n");
@@ -17,7 +18,7 @@ static void usage(FILE *out) {
 int cmd_logits(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"ids", 1, 0, 'i'}, {"output", 1, 0, 'o'}, {"exact", 0, 0, 'x'},
-        {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'}, {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *ids_text = NULL, *outp = NULL;
     rl_backend_opts co = {0};
     long v;
@@ -30,6 +31,7 @@ int cmd_logits(int argc, char **argv) {
         case 'o': outp = optarg; break;
         case 'x': co.exact = true; break;
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
+        case 'K': if (cli_parse_kv_type(optarg, &co.kv_f32)) return 2; break;
         case 't': if (cli_parse_long("-t", optarg, 1, 1024, &v)) return 2; co.n_threads = (size_t)v; break;
         case 'b': if (cli_parse_long("-b", optarg, 1, 4096, &v)) return 2; co.max_batch = (size_t)v; break;
         case 'h': usage(stdout); return 0;

@@ -13,7 +13,7 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop perplexity -m FILE -f TEXT [-c CTX] [-t N] [-b N] [--exact] [--chunks N]\n"
-        "                          [--device cpu|cuda|auto]\n"
+        "                          [--device cpu|cuda|auto] [--kv-type f16|f32]\n"
         "Prints [chunk]running-PPL as it goes and 'Final estimate: PPL = X +/- E'.\n"
         "  -c, --ctx-size N  tokens per chunk (default 512)\n"
         "  -b, --batch N     tokens per forward chunk (default 64)\n"
@@ -24,7 +24,7 @@ int cmd_perplexity(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"file", 1, 0, 'f'}, {"ctx-size", 1, 0, 'c'},
         {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'}, {"exact", 0, 0, 'x'},
-        {"chunks", 1, 0, 'k'}, {"device", 1, 0, 'D'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"chunks", 1, 0, 'k'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *path = NULL;
     long ctx = 512, v, max_chunks = -1;
     rl_backend_opts co = {0};
@@ -40,6 +40,7 @@ int cmd_perplexity(int argc, char **argv) {
         case 'k': if (cli_parse_long("--chunks", optarg, 1, 1L << 30, &max_chunks)) return 2; break;
         case 'x': co.exact = true; break;
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
+        case 'K': if (cli_parse_kv_type(optarg, &co.kv_f32)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

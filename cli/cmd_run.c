@@ -29,6 +29,7 @@ static void usage(FILE *out) {
         "      --repeat-last-n N  tokens the penalty looks back over (default 64)\n"
         "  -s, --seed N           RNG seed (default: random, printed on stderr)\n"
         "      --exact            keep activations in fp32 (no 8-bit activation fast path)\n"
+        "      --kv-type T        KV cache type: f16 (default) or f32\n"
         "      --no-bos           do not add the BOS token before the prompt\n"
         "      --ignore-eos       keep generating past end-of-generation tokens\n"
         "      --print-ids        print generated token ids instead of text\n"
@@ -36,7 +37,7 @@ static void usage(FILE *out) {
 }
 
 enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_EXACT, O_NOBOS, O_IGNEOS, O_IDS,
-       O_PRINTIDS, O_DEVICE };
+       O_PRINTIDS, O_DEVICE, O_KV };
 
 int cmd_run(int argc, char **argv) {
     static const struct option opts[] = {
@@ -45,7 +46,7 @@ int cmd_run(int argc, char **argv) {
         {"seed", 1, 0, 's'}, {"temp", 1, 0, O_TEMP}, {"top-k", 1, 0, O_TOPK},
         {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP}, {"repeat-penalty", 1, 0, O_RP},
         {"repeat-last-n", 1, 0, O_RLN}, {"exact", 0, 0, O_EXACT}, {"no-bos", 0, 0, O_NOBOS},
-        {"ignore-eos", 0, 0, O_IGNEOS}, {"ids", 1, 0, O_IDS}, {"print-ids", 0, 0, O_PRINTIDS}, {"device", 1, 0, O_DEVICE},
+        {"ignore-eos", 0, 0, O_IGNEOS}, {"ids", 1, 0, O_IDS}, {"print-ids", 0, 0, O_PRINTIDS}, {"device", 1, 0, O_DEVICE}, {"kv-type", 1, 0, O_KV},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *prompt = NULL, *pfile = NULL, *ids_text = NULL;
     long n_predict = 128, n_ctx = 0, threads = 0, v;
@@ -85,6 +86,7 @@ int cmd_run(int argc, char **argv) {
         case O_IGNEOS: ignore_eos = true; break;
         case O_PRINTIDS: print_ids = true; break;
         case O_DEVICE: if (cli_parse_device(optarg, &co.device)) return 2; break;
+        case O_KV: if (cli_parse_kv_type(optarg, &co.kv_f32)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

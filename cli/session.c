@@ -47,6 +47,15 @@ int cli_parse_device(const char *text, enum rl_device *out) {
     return -1;
 }
 
+int cli_parse_kv_type(const char *text, bool *f32) {
+    if (!strcmp(text, "f16") || !strcmp(text, "f32")) {
+        *f32 = !strcmp(text, "f32");
+        return 0;
+    }
+    fprintf(stderr, "rawloop: --kv-type expects f16 or f32, got '%s'\n", text);
+    return -1;
+}
+
 int cli_parse_ids(const char *text, int32_t **ids, size_t *n) {
     size_t cap = 16, k = 0;
     int32_t *v = malloc(cap * sizeof *v);

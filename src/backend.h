@@ -18,6 +18,7 @@ typedef struct rl_backend_opts {
     size_t n_ctx;      /* KV capacity in tokens; 0 = min(model context, 4096) */
     size_t max_batch;  /* tokens per forward chunk; 0 = backend default */
     bool exact;        /* CPU: fp32 activations everywhere */
+    bool kv_f32;       /* fp32 KV cache instead of f16 (CPU) */
 } rl_backend_opts;
 
 /* What a backend implementation provides (cpu.c, src/cuda/). */

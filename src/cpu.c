@@ -26,7 +26,8 @@ struct rl_cpu {
     float *hb, *hb2; /* [B][n_ff] */
     rl_q8a *xq;      /* [B][max(n_embd, q_dim, n_ff)/32] quantized activations */
     size_t xq_stride; /* blocks per row of xq */
-    uint16_t *kc, *vc; /* [n_layer][n_ctx][kv_dim] f16 */
+    uint8_t *kc, *vc; /* [n_layer][n_ctx][kv_dim] f16, or f32 when kv_f32 */
+    size_t kv_elt;    /* bytes per cached value: 2 or 4 */
     float *att;       /* [n_threads][n_ctx] attention scores */
     float *inv_freq;  /* [rope_dim/2] */
     /* Weights repacked at load (rl_pack_rows, row-interleaved Q4_0/Q8_0) for the fast path:
@@ -128,8 +129,9 @@ int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e)
     c->xq = malloc(B * c->xq_stride * sizeof(rl_q8a));
     c->att = malloc(nt * c->n_ctx * sizeof(float));
     c->inv_freq = malloc(cfg->rope_dim / 2 * sizeof(float) + 1);
-    c->kc = malloc(kv_elems * sizeof(uint16_t));
-    c->vc = malloc(kv_elems * sizeof(uint16_t));
+    c->kv_elt = o->kv_f32 ? sizeof(float) : sizeof(uint16_t);
+    c->kc = malloc(kv_elems * c->kv_elt);
+    c->vc = malloc(kv_elems * c->kv_elt);
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xq || !c->att ||
         !c->inv_freq || !c->kc || !c->vc)
         goto oom;
@@ -167,10 +169,10 @@ void rl_cpu_free(rl_cpu *c) {
 size_t rl_cpu_n_ctx(const rl_cpu *c) { return c->n_ctx; }
 size_t rl_cpu_n_threads(const rl_cpu *c) { return rl_pool_size(c->pool); }
 size_t rl_cpu_kv_bytes(const rl_cpu *c) {
-    return 2 * c->m->cfg.n_layer * c->n_ctx * c->kv_dim * sizeof(uint16_t);
+    return 2 * c->m->cfg.n_layer * c->n_ctx * c->kv_dim * c->kv_elt;
 }
 size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos) {
-    return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_dim * sizeof(uint16_t);
+    return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_dim * c->kv_elt;
 }
 
 /* ---- small fp32 helpers ---------------------------------------------------------------- */
@@ -197,6 +199,26 @@ static float dot_f16(const float *q, const uint16_t *k, size_t n) {
 #endif
     for (; i < n; i++) s += q[i] * rl_f16_to_f32(k[i]);
     return s;
+}
+
+static float dot_f32(const float *q, const float *k, size_t n) {
+    size_t i = 0;
+    float s = 0;
+#ifdef RL_X86_SIMD
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    s = _mm_cvtss_f32(h);
+#endif
+    for (; i < n; i++) s += q[i] * k[i];
+    return s;
+}
+
+static void axpy_f32(float *out, float a, const float *v, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] += a * v[i];
 }
 
 static void axpy_f16(float *out, float a, const uint16_t *v, size_t n) {
@@ -307,15 +329,19 @@ static void att_worker(void *ctx, size_t ith, size_t nth) {
     size_t items = j->S * cfg->n_head;
     float scale = 1.0f / sqrtf((float)hd);
     float *att = c->att + ith * c->n_ctx;
-    const uint16_t *kl = c->kc + j->layer * c->n_ctx * c->kv_dim;
-    const uint16_t *vl = c->vc + j->layer * c->n_ctx * c->kv_dim;
+    size_t row = c->kv_dim * c->kv_elt; /* bytes per cached position */
+    const uint8_t *kl = c->kc + j->layer * c->n_ctx * row;
+    const uint8_t *vl = c->vc + j->layer * c->n_ctx * row;
+    bool f32 = c->kv_elt == sizeof(float);
     for (size_t it = items * ith / nth; it < items * (ith + 1) / nth; it++) {
         size_t s = it / cfg->n_head, h = it % cfg->n_head, kvh = h / group;
         size_t n_pos = j->pos + s + 1;
         const float *q = c->q + s * c->q_dim + h * hd;
         float mx = -INFINITY;
         for (size_t p = 0; p < n_pos; p++) {
-            att[p] = dot_f16(q, kl + p * c->kv_dim + kvh * hd, hd) * scale;
+            const uint8_t *kp = kl + p * row + kvh * hd * c->kv_elt;
+            att[p] = (f32 ? dot_f32(q, (const float *)kp, hd) : dot_f16(q, (const uint16_t *)kp, hd)) *
+                     scale;
             if (att[p] > mx) mx = att[p];
         }
         float sum = 0;
@@ -327,7 +353,11 @@ static void att_worker(void *ctx, size_t ith, size_t nth) {
         memset(out, 0, hd * sizeof(float));
         float inv = 1.0f / sum;
         for (size_t p = 0; p < n_pos; p++)
-            axpy_f16(out, att[p] * inv, vl + p * c->kv_dim + kvh * hd, hd);
+        {
+            const uint8_t *vp = vl + p * row + kvh * hd * c->kv_elt;
+            if (f32) axpy_f32(out, att[p] * inv, (const float *)vp, hd);
+            else axpy_f16(out, att[p] * inv, (const uint16_t *)vp, hd);
+        }
     }
 }
 
@@ -398,8 +428,13 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
                 rope(k + h * hd, pos + s, c->inv_freq, cfg->rope_dim, cfg->rope_neox);
             }
             size_t off = (l * c->n_ctx + pos + s) * c->kv_dim;
-            rl_f32_to_f16_row(k, c->kc + off, c->kv_dim);
-            rl_f32_to_f16_row(v, c->vc + off, c->kv_dim);
+            if (c->kv_elt == sizeof(float)) {
+                memcpy(c->kc + off * sizeof(float), k, c->kv_dim * sizeof(float));
+                memcpy(c->vc + off * sizeof(float), v, c->kv_dim * sizeof(float));
+            } else {
+                rl_f32_to_f16_row(k, (uint16_t *)(c->kc + off * sizeof(uint16_t)), c->kv_dim);
+                rl_f32_to_f16_row(v, (uint16_t *)(c->vc + off * sizeof(uint16_t)), c->kv_dim);
+            }
         }
         att_job aj = {c, l, pos, S};
         rl_pool_run(c->pool, att_worker, &aj);

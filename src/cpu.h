@@ -14,6 +14,7 @@ typedef struct rl_cpu_opts {
     size_t n_ctx;      /* KV cache capacity in tokens; 0 = min(model context, 4096) */
     size_t max_batch;  /* tokens per forward chunk; 0 = 64 */
     bool exact;        /* fp32 activations everywhere (no 8-bit activation fast path) */
+    bool kv_f32;       /* fp32 KV cache instead of f16 (for the fp32 oracle tests) */
 } rl_cpu_opts;
 
 typedef struct rl_cpu rl_cpu;

@@ -1,0 +1,559 @@
+/* The CUDA backend: one device arena for the weights (uploaded once), one for activations and
+ * the f16 KV cache, and a forward pass captured once into a CUDA graph that reads the token
+ * and position from device memory. A decode step is then: one 8-byte copy, one graph launch,
+ * one copy of the logits when the caller asks for them. Prompts run through the same graph
+ * one token at a time, so prefill logits are bit-identical to decoding (v1; chunked prefill
+ * kernels are future work). See docs/CUDA.md. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backend.h"
+#include "types.h"
+}
+#include "kernels.h"
+#include "rl_cuda.h"
+
+struct dlayer {
+    rl_dmat wq, wk, wv, wo, wg, wu, wd;
+    const float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm;
+};
+
+struct rl_cuda {
+    const rl_model *m;
+    int n_sm;
+    size_t n_ctx, q_dim, kv_dim, max_n;
+    int n_split;
+    rl_cuda_knobs knobs;
+    uint8_t *warena;  /* weights, read-only after upload */
+    size_t wbytes, woff;
+    uint8_t *aarena;  /* activations, partials, KV cache */
+    size_t abytes;
+    dlayer *lay;      /* [n_layer] */
+    rl_dmat emb, out;
+    const float *out_norm, *inv_freq;
+    float *x;         /* [n_embd] residual stream */
+    float *q, *k, *v; /* [q_dim], [kv_dim], [kv_dim] */
+    float *att;       /* [q_dim] attention output */
+    float *hb;        /* [n_ff] silu(gate) * up */
+    float *logits;    /* [n_vocab] */
+    float *part;      /* [n_head][n_split][head_dim + 2] */
+    uint16_t *kc, *vc;/* [n_layer][n_ctx][kv_dim] f16 */
+    rl_cuda_io *io;
+    int32_t *amax;
+    rl_cuda_io *h_io; /* pinned [n_ctx]: one slot per position, so queued copies never alias */
+    float *h_logits;  /* pinned [n_vocab] */
+    int32_t *h_amax;  /* pinned */
+    cudaStream_t st;
+    cudaGraphExec_t graph;
+    size_t launches;
+};
+
+#define CK(call)                                                                                \
+    do {                                                                                        \
+        cudaError_t err_ = (call);                                                              \
+        if (err_ != cudaSuccess)                                                                \
+            return rl_fail(e, "CUDA: %s failed: %s (%s)", #call, cudaGetErrorName(err_),         \
+                           cudaGetErrorString(err_));                                           \
+    } while (0)
+
+static size_t align256(size_t v) { return (v + 255) & ~(size_t)255; }
+
+/* ---- knobs --------------------------------------------------------------------------------- */
+
+static int knob(const char *name, int def, int lo, int hi, int *out, rl_err *e) {
+    const char *s = getenv(name);
+    *out = def;
+    if (!s || !*s) return 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi)
+        return rl_fail(e, "%s=%s: expected an integer in [%d, %d]", name, s, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
+    if (knob("RL_CUDA_MV_WARPS", 8, 1, 32, &k->mv_warps, e) ||
+        knob("RL_CUDA_MV_BLOCKS", 8, 1, 64, &k->mv_blocks_per_sm, e) ||
+        knob("RL_CUDA_ATT_SPLIT", 256, 32, 8192, &k->att_split, e))
+        return -1;
+    return 0;
+}
+
+/* ---- upload ---------------------------------------------------------------------------------- */
+
+/* Two passes over the same code: plan (arena == NULL: sizes only) and copy. */
+static int put_bytes(rl_cuda *c, const void *src, size_t n, const uint8_t **dst, rl_err *e) {
+    size_t off = c->woff;
+    c->woff = align256(off + n);
+    if (!c->warena) return 0;
+    *dst = c->warena + off;
+    CK(cudaMemcpy(c->warena + off, src, n, cudaMemcpyHostToDevice));
+    return 0;
+}
+
+static int put_vec(rl_cuda *c, const float *src, size_t n, const float **dst, rl_err *e) {
+    if (!src) {
+        *dst = NULL;
+        return 0;
+    }
+    const uint8_t *p = NULL;
+    if (put_bytes(c, src, n * sizeof(float), &p, e)) return -1;
+    *dst = (const float *)p;
+    return 0;
+}
+
+static int put_mat(rl_cuda *c, const rl_matrix *w, rl_dmat *d, const char *what, rl_err *e) {
+    if (!rl_type_computable(w->type) || w->cols % 32)
+        return rl_fail(e, "CUDA: %s: type %s with %zu columns is not supported", what,
+                       rl_type_name(w->type), w->cols);
+    size_t qb, sb;
+    rl_dmat_sizes(w->type, w->rows, w->cols, w->row_bytes, &qb, &sb);
+    d->type = w->type;
+    d->rows = (int)w->rows;
+    d->cols = (int)w->cols;
+    d->s = NULL;
+    if (!rl_dmat_repacked(w->type)) {
+        d->q_row = w->row_bytes;
+        d->s_row = 0;
+        return put_bytes(c, w->data, qb, &d->q, e);
+    }
+    d->q_row = qb / w->rows;
+    d->s_row = sb / w->rows;
+    if (!c->warena) {
+        c->woff = align256(align256(c->woff + qb) + sb);
+        return 0;
+    }
+    uint8_t *tmp = (uint8_t *)malloc(qb + sb);
+    if (!tmp) return rl_fail(e, "CUDA: out of host memory repacking %s (%.1f MB)", what, (qb + sb) / 1e6);
+    rl_dmat_repack(w->type, (const uint8_t *)w->data, w->rows, w->cols, w->row_bytes, tmp, tmp + qb);
+    int rc = put_bytes(c, tmp, qb, &d->q, e);
+    if (!rc) rc = put_bytes(c, tmp + qb, sb, &d->s, e);
+    free(tmp);
+    return rc;
+}
+
+static int upload_pass(rl_cuda *c, const float *inv_freq, rl_err *e) {
+    const rl_model *m = c->m;
+    const rl_config *cfg = &m->cfg;
+    c->woff = 0;
+    char what[64];
+    if (put_mat(c, &m->tok_embd, &c->emb, "token_embd.weight", e)) return -1;
+    if (m->tied_output) c->out = c->emb;
+    else if (put_mat(c, &m->output, &c->out, "output.weight", e)) return -1;
+    if (put_vec(c, m->output_norm, cfg->n_embd, &c->out_norm, e)) return -1;
+    if (put_vec(c, inv_freq, cfg->rope_dim / 2, &c->inv_freq, e)) return -1;
+    for (size_t l = 0; l < cfg->n_layer; l++) {
+        const rl_layer *L = &m->layers[l];
+        dlayer *D = &c->lay[l];
+        const rl_matrix *src[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        rl_dmat *dst[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->wg, &D->wu, &D->wd};
+        for (int i = 0; i < 7; i++) {
+            snprintf(what, sizeof what, "layer %zu matrix %d", l, i);
+            if (put_mat(c, src[i], dst[i], what, e)) return -1;
+        }
+        if (put_vec(c, L->attn_norm, cfg->n_embd, &D->attn_norm, e) ||
+            put_vec(c, L->ffn_norm, cfg->n_embd, &D->ffn_norm, e) ||
+            put_vec(c, L->bq, c->q_dim, &D->bq, e) || put_vec(c, L->bk, c->kv_dim, &D->bk, e) ||
+            put_vec(c, L->bv, c->kv_dim, &D->bv, e) ||
+            put_vec(c, L->q_norm, cfg->head_dim, &D->q_norm, e) ||
+            put_vec(c, L->k_norm, cfg->head_dim, &D->k_norm, e))
+            return -1;
+    }
+    return 0;
+}
+
+static int dev_alloc(void **p, size_t n, const char *what, rl_err *e) {
+    cudaError_t err = cudaMalloc(p, n);
+    if (err == cudaSuccess) return 0;
+    cudaGetLastError();
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    return rl_fail(e, "CUDA: cannot allocate %.3f GB for %s (%.3f GB free of %.3f GB): %s", n / 1e9,
+                   what, fr / 1e9, tot / 1e9, cudaGetErrorString(err));
+}
+
+/* ---- the forward pass of one token (enqueued once, under graph capture) ------------------------ */
+
+static void mv1(rl_cuda *c, const rl_dmat *w, const float *bias, float *y, int mode, const float *x,
+                const float *norm_w, int n, int *rc) {
+    rl_mv_args a;
+    memset(&a, 0, sizeof a);
+    a.seg[0].w = *w;
+    a.seg[0].bias = bias;
+    a.seg[0].y = y;
+    a.nseg = 1;
+    a.mode = mode;
+    a.x = x;
+    a.norm_w = norm_w;
+    a.eps = c->m->cfg.norm_eps;
+    a.n = n;
+    if (rl_mv_launch(&a, &c->knobs, c->n_sm, c->st)) *rc = -1;
+    c->launches++;
+}
+
+static int enqueue_token(rl_cuda *c, rl_err *e) {
+    const rl_config *cfg = &c->m->cfg;
+    int D = (int)cfg->n_embd, F = (int)cfg->n_ff, rc = 0;
+    c->launches = 0;
+    rl_embed_launch(&c->emb, c->io, c->x, c->st);
+    c->launches++;
+    for (size_t l = 0; l < cfg->n_layer; l++) {
+        const dlayer *L = &c->lay[l];
+        /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch */
+        rl_mv_args a;
+        memset(&a, 0, sizeof a);
+        a.seg[0] = {L->wq, L->bq, c->q};
+        a.seg[1] = {L->wk, L->bk, c->k};
+        a.seg[2] = {L->wv, L->bv, c->v};
+        a.nseg = 3;
+        a.mode = RL_MV_STORE;
+        a.x = c->x;
+        a.norm_w = L->attn_norm;
+        a.eps = cfg->norm_eps;
+        a.n = D;
+        if (rl_mv_launch(&a, &c->knobs, c->n_sm, c->st)) rc = -1;
+        c->launches++;
+        /* rope + cache write, then attention */
+        rl_att_args t;
+        memset(&t, 0, sizeof t);
+        t.q = c->q;
+        t.k = c->k;
+        t.v = c->v;
+        t.kc = c->kc + l * c->n_ctx * c->kv_dim;
+        t.vc = c->vc + l * c->n_ctx * c->kv_dim;
+        t.q_norm = L->q_norm;
+        t.k_norm = L->k_norm;
+        t.inv_freq = c->inv_freq;
+        t.part = c->part;
+        t.out = c->att;
+        t.io = c->io;
+        t.n_head = (int)cfg->n_head;
+        t.n_head_kv = (int)cfg->n_head_kv;
+        t.hd = (int)cfg->head_dim;
+        t.rope_dim = (int)cfg->rope_dim;
+        t.n_ctx = (int)c->n_ctx;
+        t.n_split = c->n_split;
+        t.split = c->knobs.att_split;
+        t.neox = cfg->rope_neox;
+        t.eps = cfg->norm_eps;
+        rl_rope_kv_launch(&t, c->st);
+        rl_attention_launch(&t, c->st);
+        c->launches += 3;
+        /* x += Wo · att */
+        mv1(c, &L->wo, NULL, c->x, RL_MV_ADD, c->att, NULL, (int)c->q_dim, &rc);
+        /* hb = silu(Wg · rmsnorm(x)) * (Wu · rmsnorm(x)): one launch */
+        memset(&a, 0, sizeof a);
+        a.seg[0] = {L->wg, NULL, c->hb};
+        a.seg[1] = {L->wu, NULL, NULL};
+        a.nseg = 2;
+        a.mode = RL_MV_GLU;
+        a.x = c->x;
+        a.norm_w = L->ffn_norm;
+        a.eps = cfg->norm_eps;
+        a.n = D;
+        if (rl_mv_launch(&a, &c->knobs, c->n_sm, c->st)) rc = -1;
+        c->launches++;
+        /* x += Wd · hb */
+        mv1(c, &L->wd, NULL, c->x, RL_MV_ADD, c->hb, NULL, F, &rc);
+    }
+    mv1(c, &c->out, NULL, c->logits, RL_MV_STORE, c->x, c->out_norm, D, &rc);
+    rl_argmax_launch(c->logits, (int)cfg->n_vocab, c->amax, c->st);
+    c->launches++;
+    CK(cudaGetLastError());
+    if (rc) return rl_fail(e, "CUDA: a matvec launch failed");
+    return 0;
+}
+
+static int capture(rl_cuda *c, rl_err *e) {
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
+    int rc = enqueue_token(c, e);
+    cudaError_t err = cudaStreamEndCapture(c->st, &g);
+    if (rc) {
+        if (err == cudaSuccess) cudaGraphDestroy(g);
+        return -1;
+    }
+    CK(err);
+    err = cudaGraphInstantiate(&c->graph, g, 0);
+    cudaGraphDestroy(g);
+    CK(err);
+    return 0;
+}
+
+/* ---- backend ops ---------------------------------------------------------------------------- */
+
+static void cuda_free(void *impl) {
+    rl_cuda *c = (rl_cuda *)impl;
+    if (!c) return;
+    if (c->graph) cudaGraphExecDestroy(c->graph);
+    if (c->st) cudaStreamDestroy(c->st);
+    cudaFree(c->warena);
+    cudaFree(c->aarena);
+    cudaFreeHost(c->h_io);
+    cudaFreeHost(c->h_logits);
+    cudaFreeHost(c->h_amax);
+    free(c->lay);
+    free(c);
+}
+
+static size_t cuda_n_ctx(const void *impl) { return ((const rl_cuda *)impl)->n_ctx; }
+
+static size_t cuda_kv_read(const void *impl, size_t pos) {
+    const rl_cuda *c = (const rl_cuda *)impl;
+    return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_dim * sizeof(uint16_t);
+}
+
+static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos, float *logits,
+                        bool all_logits, rl_err *e) {
+    rl_cuda *c = (rl_cuda *)impl;
+    size_t nv = c->m->cfg.n_vocab;
+    if (S == 0) return rl_fail(e, "forward: no tokens");
+    if (pos > c->n_ctx || S > c->n_ctx - pos)
+        return rl_fail(e, "context full: %zu tokens at position %zu exceed the context of %zu "
+                       "tokens (use a larger -c)", S, pos, c->n_ctx);
+    for (size_t i = 0; i < S; i++)
+        if (tokens[i] < 0 || (size_t)tokens[i] >= nv)
+            return rl_fail(e, "token id %d at index %zu is out of range [0, %zu)", tokens[i], i, nv);
+    if (!c->graph && capture(c, e)) return -1;
+    for (size_t s = 0; s < S; s++) {
+        rl_cuda_io *h = &c->h_io[pos + s];
+        h->tok = tokens[s];
+        h->pos = (int32_t)(pos + s);
+        CK(cudaMemcpyAsync(c->io, h, sizeof *h, cudaMemcpyHostToDevice, c->st));
+        CK(cudaGraphLaunch(c->graph, c->st));
+        bool want = logits && (all_logits || s == S - 1);
+        if (want) {
+            CK(cudaMemcpyAsync(c->h_logits, c->logits, nv * sizeof(float), cudaMemcpyDeviceToHost, c->st));
+            CK(cudaMemcpyAsync(c->h_amax, c->amax, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
+            CK(cudaStreamSynchronize(c->st));
+            memcpy(logits + (all_logits ? s * nv : 0), c->h_logits, nv * sizeof(float));
+        }
+    }
+    /* also makes every queued read of h_io complete before the caller reuses positions */
+    CK(cudaStreamSynchronize(c->st));
+    return 0;
+}
+
+/* Best of 5 passes of 16-byte streaming loads over up to 4 GiB (less if memory is short). */
+static double cuda_ceiling(void *impl) {
+    rl_cuda *c = (rl_cuda *)impl;
+    size_t fr = 0, tot = 0;
+    if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return 0;
+    size_t n = (size_t)4 << 30;
+    while (n > fr / 2 && n > ((size_t)64 << 20)) n /= 2;
+    void *buf = NULL;
+    uint32_t *sink = NULL;
+    int blocks = c->n_sm * 4;
+    double best = 0;
+    cudaEvent_t a = NULL, b = NULL;
+    if (cudaMalloc(&buf, n) != cudaSuccess || cudaMalloc(&sink, blocks * sizeof(uint32_t)) != cudaSuccess)
+        goto out;
+    if (cudaMemset(buf, 0x5a, n) != cudaSuccess || cudaEventCreate(&a) || cudaEventCreate(&b)) goto out;
+    for (int i = 0; i < 6; i++) {
+        cudaEventRecord(a, c->st);
+        rl_read_stream_launch(buf, n / 16, sink, blocks, c->st);
+        cudaEventRecord(b, c->st);
+        if (cudaEventSynchronize(b) != cudaSuccess) goto out;
+        float ms = 0;
+        cudaEventElapsedTime(&ms, a, b);
+        double gbps = (double)n / (ms * 1e-3) / 1e9;
+        if (i > 0 && gbps > best) best = gbps; /* the first pass is a warm-up */
+    }
+out:
+    cudaGetLastError();
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    cudaFree(buf);
+    cudaFree(sink);
+    return best;
+}
+
+static const rl_backend_ops k_cuda_ops = {cuda_free, cuda_n_ctx, cuda_kv_read, cuda_forward, cuda_ceiling};
+
+extern "C" bool rl_cuda_device_present(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return false;
+    }
+    return n > 0;
+}
+
+static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, char *name,
+                     size_t name_cap, rl_err *e) {
+    const rl_config *cfg = &m->cfg;
+    c->m = m;
+    if (read_knobs(&c->knobs, e)) return -1;
+    if (!rl_cuda_device_present()) return rl_fail(e, "CUDA: no CUDA device found");
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    CK(cudaSetDevice(0));
+    c->n_sm = p.multiProcessorCount;
+    c->n_ctx = o->n_ctx ? o->n_ctx : (cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
+    c->q_dim = cfg->n_head * cfg->head_dim;
+    c->kv_dim = cfg->n_head_kv * cfg->head_dim;
+    if (cfg->head_dim > 512 || cfg->head_dim % 2 || cfg->rope_dim > cfg->head_dim ||
+        cfg->n_head % cfg->n_head_kv || c->q_dim % 32 || cfg->n_embd % 32 || cfg->n_ff % 32)
+        return rl_fail(e, "CUDA: unsupported shape (head_dim %zu, rope_dim %zu, %zu heads, %zu kv "
+                       "heads, n_embd %zu, n_ff %zu)", cfg->head_dim, cfg->rope_dim, cfg->n_head,
+                       cfg->n_head_kv, cfg->n_embd, cfg->n_ff);
+    c->n_split = (int)((c->n_ctx + c->knobs.att_split - 1) / c->knobs.att_split);
+    size_t mx = cfg->n_embd > c->q_dim ? cfg->n_embd : c->q_dim;
+    c->max_n = mx > cfg->n_ff ? mx : cfg->n_ff;
+    if (rl_mv_smem((int)c->max_n) > (size_t)p.sharedMemPerBlockOptin)
+        return rl_fail(e, "CUDA: an input of %zu values needs %zu bytes of shared memory; %s has %zu",
+                       c->max_n, rl_mv_smem((int)c->max_n), p.name, (size_t)p.sharedMemPerBlockOptin);
+    CK((cudaError_t)rl_mv_prepare((int)c->max_n));
+    c->lay = (dlayer *)calloc(cfg->n_layer, sizeof *c->lay);
+    float *inv = (float *)malloc((cfg->rope_dim / 2 + 1) * sizeof(float));
+    if (!c->lay || !inv) {
+        free(inv);
+        return rl_fail(e, "out of memory");
+    }
+    /* the CPU backend's inv_freq, op for op */
+    for (size_t i = 0; i < cfg->rope_dim / 2; i++) {
+        float f = 1.0f / powf(cfg->rope_base, (float)(2 * i) / (float)cfg->rope_dim);
+        inv[i] = m->rope_freqs ? f / m->rope_freqs[i] : f;
+    }
+    int rc = upload_pass(c, inv, e); /* plan */
+    if (!rc) {
+        c->wbytes = c->woff;
+        rc = dev_alloc((void **)&c->warena, c->wbytes, "the weights", e);
+    }
+    if (!rc) rc = upload_pass(c, inv, e);
+    free(inv);
+    if (rc) return -1;
+
+    size_t kv_elems = cfg->n_layer * c->n_ctx * c->kv_dim, off = 0;
+    size_t o_x = off; off = align256(off + cfg->n_embd * 4);
+    size_t o_q = off; off = align256(off + c->q_dim * 4);
+    size_t o_k = off; off = align256(off + c->kv_dim * 4);
+    size_t o_v = off; off = align256(off + c->kv_dim * 4);
+    size_t o_att = off; off = align256(off + c->q_dim * 4);
+    size_t o_hb = off; off = align256(off + cfg->n_ff * 4);
+    size_t o_lg = off; off = align256(off + cfg->n_vocab * 4);
+    size_t o_part = off; off = align256(off + cfg->n_head * (size_t)c->n_split * (cfg->head_dim + 2) * 4);
+    size_t o_io = off; off = align256(off + sizeof(rl_cuda_io));
+    size_t o_am = off; off = align256(off + sizeof(int32_t));
+    size_t o_kc = off; off = align256(off + kv_elems * 2);
+    size_t o_vc = off; off = align256(off + kv_elems * 2);
+    c->abytes = off;
+    char what[96];
+    snprintf(what, sizeof what, "activations and the KV cache of %zu tokens", c->n_ctx);
+    if (dev_alloc((void **)&c->aarena, c->abytes, what, e)) return -1;
+    CK(cudaMemset(c->aarena, 0, c->abytes));
+    c->x = (float *)(c->aarena + o_x);
+    c->q = (float *)(c->aarena + o_q);
+    c->k = (float *)(c->aarena + o_k);
+    c->v = (float *)(c->aarena + o_v);
+    c->att = (float *)(c->aarena + o_att);
+    c->hb = (float *)(c->aarena + o_hb);
+    c->logits = (float *)(c->aarena + o_lg);
+    c->part = (float *)(c->aarena + o_part);
+    c->io = (rl_cuda_io *)(c->aarena + o_io);
+    c->amax = (int32_t *)(c->aarena + o_am);
+    c->kc = (uint16_t *)(c->aarena + o_kc);
+    c->vc = (uint16_t *)(c->aarena + o_vc);
+    CK(cudaMallocHost((void **)&c->h_io, c->n_ctx * sizeof(rl_cuda_io)));
+    CK(cudaMallocHost((void **)&c->h_logits, cfg->n_vocab * sizeof(float)));
+    CK(cudaMallocHost((void **)&c->h_amax, sizeof(int32_t)));
+    CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
+    if (capture(c, e)) return -1;
+    snprintf(name, name_cap, "cuda %.60s, graph of %zu launches/token", p.name, c->launches);
+    return 0;
+}
+
+extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e) {
+    rl_cuda *c = (rl_cuda *)calloc(1, sizeof *c);
+    if (!c) return rl_fail(e, "out of memory");
+    if (open_impl(c, m, o, b->name, sizeof b->name, e)) {
+        cuda_free(c);
+        memset(b->name, 0, sizeof b->name);
+        return -1;
+    }
+    b->ops = &k_cuda_ops;
+    b->impl = c;
+    b->device = RL_DEVICE_CUDA;
+    b->n_threads = 1;
+    return 0;
+}
+
+extern "C" size_t rl_cuda_launches_per_token(const void *impl) {
+    return ((const rl_cuda *)impl)->launches;
+}
+
+extern "C" int32_t rl_cuda_last_argmax(void *impl) { return *((rl_cuda *)impl)->h_amax; }
+
+/* ---- test hooks ----------------------------------------------------------------------------- */
+
+extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols,
+                                   size_t row_bytes, const float *x, const float *norm_w, float eps,
+                                   int mode, float *y, rl_err *e) {
+    rl_cuda c;
+    memset(&c, 0, sizeof c);
+    if (read_knobs(&c.knobs, e)) return -1;
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    rl_matrix mat = {type, w, rows, cols, row_bytes};
+    rl_dmat d, d2;
+    size_t out_rows = mode == RL_MV_GLU ? rows / 2 : rows;
+    if (put_mat(&c, &mat, &d, "test matrix", e)) return -1;
+    c.wbytes = c.woff;
+    if (dev_alloc((void **)&c.warena, c.wbytes + align256(cols * 4) * 2 + align256(rows * 4), "test", e))
+        return -1;
+    c.woff = 0;
+    int rc = put_mat(&c, &mat, &d, "test matrix", e);
+    float *dx = (float *)(c.warena + c.wbytes), *dn = dx + align256(cols * 4) / 4;
+    float *dy = dn + align256(cols * 4) / 4;
+    rl_mv_args a;
+    memset(&a, 0, sizeof a);
+    if (!rc && (cudaMemcpy(dx, x, cols * 4, cudaMemcpyHostToDevice) ||
+                (norm_w && cudaMemcpy(dn, norm_w, cols * 4, cudaMemcpyHostToDevice)) ||
+                cudaMemcpy(dy, y, out_rows * 4, cudaMemcpyHostToDevice)))
+        rc = rl_fail(e, "CUDA: test upload failed");
+    if (!rc) {
+        a.seg[0].w = d;
+        a.seg[0].y = dy;
+        a.nseg = 1;
+        if (mode == RL_MV_GLU) {
+            /* the two halves of the matrix as gate and up */
+            d.rows = d2.rows = (int)(rows / 2);
+            d2 = d;
+            d2.q = d.q + (rows / 2) * d.q_row;
+            d2.s = d.s ? d.s + (rows / 2) * d.s_row : NULL;
+            a.seg[0].w = d;
+            a.seg[1].w = d2;
+            a.nseg = 2;
+        }
+        a.mode = mode;
+        a.x = dx;
+        a.norm_w = norm_w ? dn : NULL;
+        a.eps = eps;
+        a.n = (int)cols;
+        if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0) ||
+            cudaDeviceSynchronize() || cudaMemcpy(y, dy, out_rows * 4, cudaMemcpyDeviceToHost))
+            rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));
+    }
+    cudaFree(c.warena);
+    return rc;
+}
+
+extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e) {
+    float *dv = NULL;
+    int32_t *dout = NULL;
+    int rc = 0;
+    if (cudaMalloc(&dv, n * 4) || cudaMalloc(&dout, 4) || cudaMemcpy(dv, v, n * 4, cudaMemcpyHostToDevice))
+        rc = rl_fail(e, "CUDA: argmax test setup failed");
+    if (!rc) {
+        rl_argmax_launch(dv, (int)n, dout, 0);
+        if (cudaDeviceSynchronize() || cudaMemcpy(out, dout, 4, cudaMemcpyDeviceToHost))
+            rc = rl_fail(e, "CUDA: argmax test failed: %s", cudaGetErrorString(cudaGetLastError()));
+    }
+    cudaFree(dv);
+    cudaFree(dout);
+    return rc;
+}

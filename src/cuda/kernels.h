@@ -1,0 +1,108 @@
+/* Launchers of the CUDA kernels (C++ side only; included by the .cu files of src/cuda). One launcher per
+ * step of the forward pass; every launcher takes a stream so the whole token can be captured
+ * into one CUDA graph. Inputs that change per token (token id, position) are read from device
+ * memory (io), never passed by value, so the captured graph stays valid for every token. */
+#ifndef RL_CUDA_KERNELS_H
+#define RL_CUDA_KERNELS_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Per-token inputs in device memory: written by one 8-byte copy before each graph launch. */
+struct rl_cuda_io {
+    int32_t tok;
+    int32_t pos;
+};
+
+/* ---- weights ----------------------------------------------------------------------------- */
+
+/* A weight matrix in the device arena. Q4_0 and Q8_0 are repacked at upload into a quant plane
+ * (rows x n/2 or n bytes, every 32-element block's quants 16-byte aligned) and a scale plane
+ * (rows x n/32 fp16); every other type keeps its GGUF row-major block layout (scale unused). */
+struct rl_dmat {
+    uint32_t type;
+    const uint8_t *q;   /* quants / raw rows, row r at q + r * q_row */
+    const uint8_t *s;   /* fp16 scales (Q4_0, Q8_0), row r at s + r * s_row; else NULL */
+    size_t q_row, s_row;
+    int rows, cols;
+};
+
+/* Bytes the device form needs (quant plane, scale plane); equal in total to the GGUF bytes. */
+void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, size_t *q_bytes,
+                   size_t *s_bytes);
+/* Converts rows of the GGUF layout (src, row_bytes apart) into the two planes on the host. */
+void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols, size_t row_bytes,
+                    uint8_t *q, uint8_t *s);
+bool rl_dmat_repacked(uint32_t type);
+
+/* ---- matvec ------------------------------------------------------------------------------ */
+
+enum rl_mv_mode {
+    RL_MV_STORE = 0, /* y[r] = W[r]·x (+ bias) for every segment */
+    RL_MV_ADD = 1,   /* y[r] += W[r]·x: residual add in the epilogue */
+    RL_MV_GLU = 2,   /* y[r] = silu(W0[r]·x) * (W1[r]·x): gate + up + SwiGLU in one pass */
+};
+
+/* Up to three matrices over the same input in one launch (Q/K/V; gate/up). */
+struct rl_mv_seg {
+    rl_dmat w;
+    const float *bias; /* [rows] or NULL */
+    float *y;          /* [rows] */
+};
+
+struct rl_mv_args {
+    rl_mv_seg seg[3];
+    int nseg;
+    int mode;
+    const float *x;      /* [n] input */
+    const float *norm_w; /* [n]: x is RMS-normalised with these weights in the prologue, or NULL */
+    float eps;
+    int n;
+};
+
+/* Tile knobs (rl_cuda_knobs, read once from the environment). */
+struct rl_cuda_knobs {
+    int mv_warps;        /* warps per matvec block (RL_CUDA_MV_WARPS, default 8) */
+    int mv_blocks_per_sm;/* matvec grid cap per SM (RL_CUDA_MV_BLOCKS, default 8) */
+    int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 256) */
+};
+
+int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
+/* Dynamic shared memory one matvec block needs for an input of n values. */
+size_t rl_mv_smem(int n);
+/* Raises the matvec kernel's dynamic shared-memory limit to cover n values; cudaError_t. */
+int rl_mv_prepare(int max_n);
+
+/* ---- attention --------------------------------------------------------------------------- */
+
+struct rl_att_args {
+    float *q;              /* [n_head * hd] fp32, roped in place */
+    const float *k, *v;    /* [n_head_kv * hd] fp32 new key / value (biases already added) */
+    uint16_t *kc, *vc;     /* this layer's cache, [n_ctx][kv_dim] f16 */
+    const float *q_norm, *k_norm; /* [hd] or NULL */
+    const float *inv_freq; /* [rope_dim / 2] */
+    float *part;           /* [n_head][n_split][hd + 2] flash-decode partials */
+    float *out;            /* [n_head * hd] */
+    const rl_cuda_io *io;
+    int n_head, n_head_kv, hd, rope_dim, n_ctx, n_split, split;
+    bool neox;
+    float eps;
+};
+
+/* q/k norm, RoPE, and the f16 write of k and v at io->pos (one launch). */
+void rl_rope_kv_launch(const rl_att_args *a, cudaStream_t st);
+/* Split-K flash decode over positions [0, pos] and the deterministic combine (two launches). */
+void rl_attention_launch(const rl_att_args *a, cudaStream_t st);
+
+/* ---- small kernels ----------------------------------------------------------------------- */
+
+/* x = row io->tok of the embedding matrix, dequantised to fp32. */
+void rl_embed_launch(const rl_dmat *emb, const rl_cuda_io *io, float *x, cudaStream_t st);
+/* *out = index of the largest of n values (first one on ties). */
+void rl_argmax_launch(const float *v, int n, int32_t *out, cudaStream_t st);
+/* One pass of 16-byte streaming loads over n16 * 16 bytes; writes one word per block to sink. */
+void rl_read_stream_launch(const void *buf, size_t n16, uint32_t *sink, int blocks,
+                           cudaStream_t st);
+
+#endif

@@ -1,0 +1,35 @@
+/* The CUDA backend's C interface beyond backend.h: hooks the GPU test program (tests/cuda/)
+ * uses to run single kernels against the CPU reference, and introspection for reports. */
+#ifndef RL_CUDA_H
+#define RL_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* y[r] = W[r,:] . x' for rows x cols weights in their GGUF layout (row_bytes apart), where
+ * x' = x, or RMSNorm(x) * norm_w when norm_w != NULL; runs the production upload (repack) and
+ * matvec kernel. mode 0: store; 1: y += (y holds the input residual); 2: SwiGLU of W (first
+ * rows/2 rows = gate) and its second half (up), y gets rows/2 values. */
+int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,
+                        const float *x, const float *norm_w, float eps, int mode, float *y,
+                        rl_err *e);
+/* Index of the first maximum of v[0..n) computed on the GPU. */
+int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e);
+
+/* For an open CUDA backend (rl_backend.impl): kernel launches in one captured token, and the
+ * greedy argmax of the last forward (computed on the GPU, first max wins). */
+size_t rl_cuda_launches_per_token(const void *impl);
+int32_t rl_cuda_last_argmax(void *impl);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
