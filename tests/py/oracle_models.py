@@ -27,6 +27,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pathlib
+
 import numpy as np
 import torch
 
@@ -89,7 +91,16 @@ GREEDY_SEEDS = {"llama_mha": 2, "llama3_gqa": 1, "qwen2": 1, "qwen3": 1}
 GREEDY_SPECS = {f"{k}.greedy": dataclasses.replace(v, name=f"{k}.greedy", gain=2.0,
                                                    seed=GREEDY_SEEDS[k])
                 for k, v in SPECS.items()}
-ALL_SPECS = {**SPECS, **GREEDY_SPECS}
+# K-quants: gguf 0.19 cannot write them, so their blocks come from rawloop's own quantizer
+# (`build/test_quant quant`); the reference still dequantizes them with gguf, independently of the
+# engine. Their blocks are 256 wide, so they need K_SPECS (every matrix dimension a multiple of 256).
+K_QTYPES = ["Q4_K", "Q5_K", "Q6_K"]
+
+K_SPECS = {
+    "llama_k": Spec("llama_k", "llama", hidden=256, n_layers=2, n_heads=4, n_kv_heads=2,
+                    ffn=512, vocab=512, seed=5),
+}
+ALL_SPECS = {**SPECS, **GREEDY_SPECS, **K_SPECS}
 
 # Weight types the installed gguf package can quantize (Q4_K/Q5_K/Q6_K are dequantize-only in
 # gguf 0.19; those are covered once rawloop can write them, through reference_from_gguf).
@@ -259,6 +270,20 @@ def _hf_params(model, spec: Spec) -> dict:
 FILE_TYPE = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 7, "BF16": 32}  # llama_ftype (general.file_type)
 
 
+def rawloop_quantize(arr: np.ndarray, qtype: str) -> np.ndarray:
+    """Quantizes a (rows, cols) float matrix with rawloop's quantizer: (rows, row_bytes) uint8."""
+    import subprocess
+    import tempfile
+    from conftest import BUILD
+    rows = arr.shape[0]
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = pathlib.Path(d) / "in.f32", pathlib.Path(d) / "out.bin"
+        np.ascontiguousarray(arr, dtype="<f4").tofile(src)
+        subprocess.run([str(BUILD / "test_quant"), "quant", qtype, str(src), str(dst)], check=True,
+                       capture_output=True)
+        return np.frombuffer(dst.read_bytes(), dtype=np.uint8).reshape(rows, -1)
+
+
 def write_gguf(model, spec: Spec, path, qtype: str = "F32") -> None:
     """Writes model as GGUF with every 2-D weight in qtype (norms, biases, rope_freqs in F32)."""
     qt = gguf.GGMLQuantizationType[qtype]
@@ -300,6 +325,8 @@ def write_gguf(model, spec: Spec, path, qtype: str = "F32") -> None:
             arr = permute_qk(arr, spec.n_heads, kv)
         if arr.ndim == 1 or qt == gguf.GGMLQuantizationType.F32:
             w.add_tensor(gname, np.ascontiguousarray(arr, dtype=np.float32))
+        elif qtype in K_QTYPES:
+            w.add_tensor(gname, rawloop_quantize(arr, qtype), raw_dtype=qt)
         else:
             data = quantize(np.ascontiguousarray(arr, dtype=np.float32), qt)
             w.add_tensor(gname, data, raw_dtype=qt)

@@ -318,6 +318,19 @@ def test_logits_kv_f16(rawloop, oracle, tmp_path, name):
     assert err <= BOUND_EXACT, f"{name} F32 with f16 KV: rel error {err:.3g} > {BOUND_EXACT:g}"
 
 
+@pytest.mark.parametrize("exact", [False, True], ids=["fast", "exact"])
+@pytest.mark.parametrize("qtype", om.K_QTYPES)
+def test_logits_kquant(rawloop, oracle, tmp_path, qtype, exact):
+    """Q4_K / Q5_K / Q6_K end to end: blocks written by rawloop's quantizer, reference = HF on
+    gguf's dequantization of those blocks."""
+    name = "llama_k"
+    spec = om.ALL_SPECS[name]
+    got = rawloop_logits(oracle.file(name, qtype), test_ids(spec), spec.vocab, tmp_path, exact)
+    err = om.rel_error(got, oracle.ref_logits(name, qtype))
+    bound = bound_for(qtype, exact)
+    assert err <= bound, f"{qtype} {'exact' if exact else 'fast'}: rel error {err:.3g} > {bound:g}"
+
+
 @pytest.mark.parametrize("threads", [1, 3])
 def test_logits_threads(rawloop, oracle, tmp_path, threads):
     """Thread count changes the work split, not the result (3 threads on 2 cores on purpose: rows

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (tests/cuda/README in docs/CUDA.md): kernel tests, GPU-vs-CPU logits on
+# the shipped models and on random models of real shapes, greedy sequences, run-to-run bits,
+# compute-sanitizer, then tg128 speeds. Prints a short table last; logs go to $OUT (or /tmp).
+#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r s b b7")
+set -u
+B=${1:-build-cuda}
+STAGES=${2:-"k e r s b"}
+OUT=${OUT:-/tmp/rl-out}
+M=/tmp/rl-models
+VOCAB=.dev/cuda/ggml-vocab-llama-spm.gguf
+mkdir -p "$OUT" "$M"
+LOG="$OUT/device.log"
+: >"$LOG"
+SUMMARY="$OUT/summary.txt"
+: >"$SUMMARY"
+say() { echo "$*" | tee -a "$LOG"; }
+row() { echo "$*" >>"$SUMMARY"; echo "$*" >>"$LOG"; }
+T0=$(date +%s)
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee -a "$LOG"
+if ! "$B/rawloop" --help >/dev/null 2>&1 && ! "$B/rawloop" help >/dev/null 2>&1; then
+    say "prebuilt $B/rawloop does not run here; building on the device"
+    make BUILD=build-dev -j16 >>"$LOG" 2>&1 || { say "device build failed"; tail -30 "$LOG"; exit 1; }
+    B=build-dev
+fi
+R="$B/rawloop"
+
+# compare CPU-exact vs GPU logits: max over positions of max|g-c|/max|c|, argmax agreement,
+# and whether two GPU runs gave the same bytes
+cmp_logits() { # name model ids
+    local name=$1 model=$2 ids=$3
+    local t=$(date +%s)
+    "$R" logits --device cpu --exact -m "$model" --ids "$ids" -o /tmp/lc.bin >>"$LOG" 2>&1 || { row "| $name | logits | CPU run failed | |"; return; }
+    "$R" logits --device cuda -m "$model" --ids "$ids" -o /tmp/lg1.bin >>"$LOG" 2>&1 || { row "| $name | logits | GPU run failed | |"; return; }
+    "$R" logits --device cuda -m "$model" --ids "$ids" -o /tmp/lg2.bin >>"$LOG" 2>&1
+    python3 - "$name" "$ids" "$(( $(date +%s) - t ))" >>"$SUMMARY" 2>>"$LOG" <<'EOF'
+import sys, numpy as np
+name, ids, secs = sys.argv[1], sys.argv[2].split(), sys.argv[3]
+n = len(ids)
+c = np.fromfile('/tmp/lc.bin', dtype=np.float32).reshape(n, -1)
+g = np.fromfile('/tmp/lg1.bin', dtype=np.float32).reshape(n, -1)
+g2 = np.fromfile('/tmp/lg2.bin', dtype=np.float32).reshape(n, -1)
+rel = (np.abs(g - c).max(axis=1) / np.abs(c).max(axis=1)).max()
+am = int((g.argmax(1) == c.argmax(1)).sum())
+same = np.array_equal(g.view(np.uint32), g2.view(np.uint32))
+ok = rel <= 1e-3 and np.isfinite(g).all() and same
+print(f"| {name} | logits {n} pos | rel err {rel:.2e}, argmax {am}/{n}, run-to-run {'identical' if same else 'DIFFERENT'} | {'PASS' if ok else 'FAIL'} ({secs}s) |")
+EOF
+}
+
+greedy() { # name model
+    local name=$1 model=$2
+    local a b
+    a=$("$R" run --device cpu --exact -m "$model" --ids "1 450 4996 310" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
+    b=$("$R" run --device cuda -m "$model" --ids "1 450 4996 310" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
+    echo "greedy $name cpu: $a" >>"$LOG"
+    echo "greedy $name gpu: $b" >>"$LOG"
+    if [ -n "$a" ] && [ "$a" == "$b" ]; then row "| $name | greedy 24 tokens | identical to CPU --exact | PASS |"
+    else row "| $name | greedy 24 tokens | differs from CPU --exact (see log) | FAIL |"; fi
+}
+
+row "| model | test | result | verdict |"
+row "| --- | --- | --- | --- |"
+
+if has k; then
+    say "== kernel tests"
+    "$B/test_cuda" >>"$LOG" 2>&1
+    rc=$?
+    row "| - | test_cuda (8 types x shapes x modes, argmax) | $(grep 'checks' "$LOG" | tail -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+fi
+
+IDS_SMALL="1 450 4996 310 263 931 29892 338 263 1243 310 278 15668 1788 29889 13 1576 1023 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
+IDS_TINY="1 450 4996 310 263 931 29892 338"
+if has e; then
+    say "== shipped models"
+    # token ids must be < 4096 for the shipped tokenizer
+    IDS_SHIP="1 45 496 31 263 931 2989 338 263 1243 310 278 1566 1788 2988 13 157 1023 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
+    cmp_logits "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_SHIP"
+    cmp_logits "rawloop-draft F16" models/rawloop-draft-f16.gguf "$IDS_SHIP"
+    greedy "rawloop-small Q8_0" models/rawloop-small.gguf
+fi
+
+if has r; then
+    say "== random models of real shapes"
+    for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b F16" "qwen3-0.6b Q4_K_M" "llama3.2-1b Q5_K_M" "tinyllama-1.1b Q6_K" "tinyllama-1.1b BF16"; do
+        set -- $spec
+        f="$M/$1-$2.gguf"
+        [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1 || { row "| $1 $2 | mkmodel | failed | FAIL |"; continue; }
+        cmp_logits "$1 $2" "$f" "$IDS_TINY"
+    done
+    greedy "tinyllama-1.1b Q4_0" "$M/tinyllama-1.1b-Q4_0.gguf"
+fi
+
+if has s; then
+    say "== compute-sanitizer"
+    if command -v compute-sanitizer >/dev/null; then
+        for tool in memcheck racecheck; do
+            compute-sanitizer --tool $tool --error-exitcode 3 "$R" logits --device cuda -m models/rawloop-small.gguf --ids "1 45 496 31" -o /tmp/ls.bin >"$OUT/sanitizer-$tool.txt" 2>&1
+            rc=$?
+            row "| rawloop-small Q8_0 | compute-sanitizer $tool | rc $rc: $(grep -E 'ERROR SUMMARY|not supported' "$OUT/sanitizer-$tool.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+        done
+    else
+        row "| - | compute-sanitizer | not installed | SKIP |"
+    fi
+fi
+
+bench() { # name file
+    "$R" bench --device cuda -m "$2" -p 0 -n 128 -r 5 --json >"$OUT/bench-$1.json" 2>>"$LOG"
+    python3 - "$1" "$OUT/bench-$1.json" >>"$SUMMARY" 2>>"$LOG" <<'EOF'
+import sys, json
+j = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+print(f"| {sys.argv[1]} | tg128 x5 | {j['tg_tps']:.1f} tok/s (sd {j['tg_sd']:.1f}, min {j['tg_min']:.1f}, max {j['tg_max']:.1f}), {j['bytes_per_token']/1e6:.1f} MB/token, {j['gbps']:.0f} GB/s = {100*j['ceiling_share']:.1f}% of {j['ceiling_gbps']:.0f} GB/s | {j['backend']} |")
+EOF
+    cat "$OUT/bench-$1.json" >>"$LOG"
+}
+if has b; then
+    say "== speed"
+    bench "tinyllama-1.1b Q4_0" "$M/tinyllama-1.1b-Q4_0.gguf"
+    bench "tinyllama-1.1b F16" "$M/tinyllama-1.1b-F16.gguf"
+fi
+if has b7; then
+    f="$M/llama2-7b-Q4_0.gguf"
+    [ -f "$f" ] || "$R" mkmodel --shape llama2-7b --type Q4_0 --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1
+    bench "llama2-7b Q4_0" "$f"
+fi
+
+say "== done in $(( $(date +%s) - T0 )) s"
+cat "$SUMMARY"

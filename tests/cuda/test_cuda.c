@@ -1,0 +1,123 @@
+/* GPU kernel tests (need a CUDA device; run by tests/cuda/run_device.sh). Every matvec type
+ * and epilogue mode against a float64 reference computed on the CPU from rl_dequant_row (the
+ * reference dequantiser), over several shapes; the argmax's first-max tie rule. Without a
+ * device it says so and exits 77 (skipped). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check.h"
+#include "quant.h"
+#include "rl_cuda.h"
+
+static uint64_t rs = 0x243f6a8885a308d3ULL;
+static float frand(void) { /* uniform in [-1, 1) */
+    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+    return (float)((rs >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int with_norm) {
+    size_t rb = rl_row_bytes(type, cols);
+    uint8_t *w = malloc(rows * rb);
+    float *row = malloc(cols * sizeof(float)), *x = malloc(cols * sizeof(float));
+    float *nw = malloc(cols * sizeof(float)), *xn = malloc(cols * sizeof(float));
+    size_t out = mode == 2 ? rows / 2 : rows;
+    float *y = malloc(rows * sizeof(float));
+    double *ref = malloc(rows * sizeof(double)), *init = malloc(rows * sizeof(double));
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t i = 0; i < cols; i++) row[i] = frand() * (type == RL_F32 ? 1.0f : 0.5f);
+        rl_quant_row(type, row, w + r * rb, cols);
+    }
+    for (size_t i = 0; i < cols; i++) x[i] = frand() * 3.0f, nw[i] = 0.5f + frand() * 0.25f;
+    if (with_norm) { /* the CPU's rmsnorm, op for op */
+        double ss = 0;
+        for (size_t i = 0; i < cols; i++) ss += (double)x[i] * x[i];
+        float rr = 1.0f / sqrtf((float)(ss / (double)cols) + 1e-5f);
+        for (size_t i = 0; i < cols; i++) xn[i] = nw[i] * (x[i] * rr);
+    } else {
+        memcpy(xn, x, cols * sizeof(float));
+    }
+    for (size_t r = 0; r < rows; r++) {
+        rl_dequant_row(type, w + r * rb, row, cols);
+        double s = 0;
+        for (size_t i = 0; i < cols; i++) s += (double)row[i] * xn[i];
+        ref[r] = s;
+    }
+    for (size_t r = 0; r < out; r++) y[r] = init[r] = mode == 1 ? frand() * 10 : 12345.0f;
+    double mx = 0, err = 0;
+    for (size_t r = 0; r < out; r++) {
+        double v = ref[r];
+        if (mode == 1) v += init[r];
+        if (mode == 2) {
+            double g = ref[r], u = ref[r + rows / 2];
+            v = g / (1.0 + exp(-g)) * u;
+        }
+        if (fabs(v) > mx) mx = fabs(v);
+    }
+    rl_err e = {{0}};
+    int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, with_norm ? nw : NULL, 1e-5f, mode, y, &e);
+    CHECK(rc == 0, "%s: %s", rl_type_name(type), e.msg);
+    int bad = 0;
+    for (size_t r = 0; r < out; r++) {
+        double v = ref[r];
+        if (mode == 1) v += init[r];
+        if (mode == 2) {
+            double g = ref[r], u = ref[r + rows / 2];
+            v = g / (1.0 + exp(-g)) * u;
+        }
+        if (!isfinite(y[r])) bad++;
+        double d = fabs((double)y[r] - v);
+        if (d > err) err = d;
+    }
+    double rel = mx > 0 ? err / mx : err;
+    CHECK(bad == 0 && rel < 2e-5, "%s %zux%zu mode %d norm %d: rel err %.3g, %d non-finite",
+          rl_type_name(type), rows, cols, mode, with_norm, rel, bad);
+    printf("  matvec %-5s %5zu x %-5zu mode %d norm %d: max rel err %.2e\n", rl_type_name(type),
+           rows, cols, mode, with_norm, rel);
+    /* run-to-run: the same input gives the same bits */
+    float *y2 = malloc(rows * sizeof(float));
+    for (size_t r = 0; r < out; r++) y2[r] = (float)init[r];
+    if (mode != 1)
+        for (size_t r = 0; r < out; r++) y2[r] = 12345.0f;
+    rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, with_norm ? nw : NULL, 1e-5f, mode, y2, &e);
+    CHECK(rc == 0 && memcmp(y, y2, out * sizeof(float)) == 0, "%s: second run differs", rl_type_name(type));
+    free(y2);
+    free(w); free(row); free(x); free(nw); free(xn); free(y); free(ref); free(init);
+}
+
+static void test_argmax(void) {
+    size_t n = 32000;
+    float *v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = frand();
+    size_t at[3] = {31999, 7, 12345};
+    for (int k = 0; k < 3; k++) {
+        v[at[k]] = 5.0f; /* ties: the first one must win */
+        int32_t want = (int32_t)at[0], got = -1;
+        for (int j = 0; j <= k; j++) if ((int32_t)at[j] < want) want = (int32_t)at[j];
+        rl_err e = {{0}};
+        CHECK(rl_cuda_test_argmax(v, n, &got, &e) == 0, "%s", e.msg);
+        CHECK(got == want, "argmax: got %d, want %d", got, want);
+    }
+    free(v);
+}
+
+int main(void) {
+    if (!rl_cuda_device_present()) {
+        printf("test_cuda: no CUDA device, skipped\n");
+        return 77;
+    }
+    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_K, RL_Q5_K, RL_Q6_K};
+    const size_t shapes[][2] = {{1, 256}, {77, 512}, {1000, 2048}, {256, 5632}};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++)
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+            test_matvec(types[t], shapes[s][0], shapes[s][1], 0, s % 2);
+            if (s == 2) {
+                test_matvec(types[t], shapes[s][0], shapes[s][1], 1, 0);
+                test_matvec(types[t], shapes[s][0], shapes[s][1], 2, 1);
+            }
+        }
+    test_argmax();
+    return check_report("test_cuda");
+}
