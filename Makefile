@@ -59,6 +59,10 @@ $(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.h) src/backend.h src/
 	$(NVCC) $(NVFLAGS) -Isrc -c $< -o $@
 $(BUILD)/obj/cuda:
 	mkdir -p $@
+# backend.c compiles differently with and without CUDA: rebuild it when CUDA= changes
+$(BUILD)/obj/backend.o: $(BUILD)/obj/cuda-$(CUDA).stamp
+$(BUILD)/obj/cuda-$(CUDA).stamp: | $(BUILD)/obj
+	rm -f $(BUILD)/obj/cuda-*.stamp && touch $@
 # GPU test program (run on a machine with a GPU: tests/cuda/run_device.sh)
 $(BUILD)/test_cuda: tests/cuda/test_cuda.c tests/unit/check.h $(BUILD)/librawloop.a
 	$(CC) $(CFLAGS) -Isrc -Isrc/cuda -Itests/unit $< $(BUILD)/librawloop.a -o $@ $(LDFLAGS) $(LDLIBS)

@@ -1,6 +1,7 @@
 #include "pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -16,6 +17,9 @@
 /* Spin iterations before a worker goes to sleep: long enough to span the gap between two
  * regions of one token (microseconds), short enough that an idle pool stops burning a core. */
 #define SPIN_LIMIT 200000
+/* After this many pauses a spinning thread yields its core each time round: on an oversubscribed
+ * machine the thread it waits for may be the one that needs the core. */
+#define YIELD_AFTER 20000
 
 struct rl_pool {
     size_t n;             /* threads including the caller */
@@ -44,7 +48,8 @@ static void *worker(void *arg) {
         int spins = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
             if (++spins < SPIN_LIMIT) {
-                cpu_relax();
+                if (spins > YIELD_AFTER) sched_yield();
+                else cpu_relax();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -114,7 +119,10 @@ void rl_pool_run(rl_pool *p, rl_pool_fn fn, void *ctx) {
     atomic_store_explicit(&p->done, 0, memory_order_release);
     bump(p);
     fn(ctx, 0, p->n);
-    while (atomic_load_explicit(&p->done, memory_order_acquire) != p->n - 1) cpu_relax();
+    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) != p->n - 1; spins++) {
+        if (spins > YIELD_AFTER) sched_yield();
+        else cpu_relax();
+    }
 }
 
 size_t rl_ncpu(void) {

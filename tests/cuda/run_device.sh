@@ -53,8 +53,8 @@ EOF
 greedy() { # name model
     local name=$1 model=$2
     local a b
-    a=$("$R" run --device cpu --exact -m "$model" --ids "1 450 4996 310" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
-    b=$("$R" run --device cuda -m "$model" --ids "1 450 4996 310" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
+    a=$("$R" run --device cpu --exact -m "$model" --ids "1 45 496 31" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
+    b=$("$R" run --device cuda -m "$model" --ids "1 45 496 31" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
     echo "greedy $name cpu: $a" >>"$LOG"
     echo "greedy $name gpu: $b" >>"$LOG"
     if [ -n "$a" ] && [ "$a" == "$b" ]; then row "| $name | greedy 24 tokens | identical to CPU --exact | PASS |"
@@ -84,7 +84,7 @@ fi
 
 if has r; then
     say "== random models of real shapes"
-    for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b F16" "qwen3-0.6b Q4_K_M" "llama3.2-1b Q5_K_M" "tinyllama-1.1b Q6_K" "tinyllama-1.1b BF16"; do
+    for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b F16" "qwen3-0.6b Q4_K_M" "llama3.2-1b Q5_K_M"; do
         set -- $spec
         f="$M/$1-$2.gguf"
         [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1 || { row "| $1 $2 | mkmodel | failed | FAIL |"; continue; }

@@ -397,6 +397,8 @@ static void test_packed(void) {
             size_t r0 = 8 * (rnd() % 2 ? 0 : rows / 16), r1 = rows - 8 * (rnd() % 2) * (rows > r0 + 8);
             packed_case(types[t], n, Ss[i], rows, r0, r1, rnd() & 1);
         }
+        /* wide enough that the kernel splits the columns into L2-sized chunks (24 + 16) */
+        packed_case(types[t], 5632, 40, 16, 8, 16, true);
         CHECK(!rl_pack_supported(types[t], 12, 64), "rows not a multiple of 8 must not be packable");
     }
     CHECK(!rl_pack_supported(RL_Q4_K, 8, 256), "Q4_K has no packed form");

@@ -388,6 +388,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     const rl_config *cfg = &m->cfg;
     c->m = m;
     if (read_knobs(&c->knobs, e)) return -1;
+    if (o->kv_f32) return rl_fail(e, "CUDA: the fp32 KV cache (--kv-type f32) is CPU-only; the GPU keeps an f16 cache");
     if (!rl_cuda_device_present()) return rl_fail(e, "CUDA: no CUDA device found");
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
