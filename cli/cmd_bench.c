@@ -135,11 +135,12 @@ int cmd_bench(int argc, char **argv) {
                "\"pp_min\": %.3f, \"pp_max\": %.3f, \"tg_tps\": %.3f, \"tg_sd\": %.3f, "
                "\"tg_min\": %.3f, \"tg_max\": %.3f, \"bytes_per_token\": %.0f, "
                "\"weight_bytes_per_token\": %zu, \"kv_bytes_per_token\": %zu, \"gbps\": %.3f, "
-               "\"ceiling_gbps\": %.3f, \"ceiling_share\": %.4f, \"file_bytes\": %zu}\n",
+               "\"ceiling_gbps\": %.3f, \"ceiling_share\": %.4f, \"file_bytes\": %zu, "
+               "\"repacked_bytes\": %zu}\n",
                desc, rl_model_type_name(&s.model), s.be.name, nt,
                co.exact ? "true" : "false", depth, np, ng, reps, sp.median, sp.sd, sp.min,
                sp.max, sg.median, sg.sd, sg.min, sg.max, bpt, wbytes, kvb, gbps, ceil,
-               ceil > 0 ? gbps / ceil : 0, s.model.file_weight_bytes);
+               ceil > 0 ? gbps / ceil : 0, s.model.file_weight_bytes, s.be.repacked_bytes);
     } else {
         printf("| model | size | params | backend | threads | test | t/s | GB/s | %% of read "
                "ceiling |\n| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: |\n");
@@ -159,7 +160,10 @@ int cmd_bench(int argc, char **argv) {
         printf("\nbytes per generated token: %.1f MB (weights %.1f MB + KV %.1f MB at position "
                "%ld); read ceiling %.1f GB/s (%s, %zu threads, measured now); %s; median ± sd of %ld "
                "runs\n", bpt / 1e6, wbytes / 1e6, kvb / 1e6, depth + ng / 2, ceil, s.be.name, nt,
-               co.exact ? "exact fp32 activations" : "8-bit activations", reps);
+               s.be.numerics, reps);
+        if (s.be.repacked_bytes)
+            printf("weights repacked at load into an interleaved copy: %.2f GB (the mapped "
+                   "originals are released)\n", s.be.repacked_bytes / 1e9);
     }
     rc = 0;
     goto out;

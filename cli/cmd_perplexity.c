@@ -93,7 +93,7 @@ int cmd_perplexity(int argc, char **argv) {
     size_t first = (size_t)ctx / 2, count = 0;
     double nll = 0, nll2 = 0;
     fprintf(stderr, "rawloop: %zu chunks of %ld tokens, %s, %s\n", n_chunks, ctx, s.be.name,
-            co.exact ? "exact fp32 activations" : "8-bit activations");
+            s.be.numerics);
     t0 = cli_now();
     for (size_t ch = 0; ch < n_chunks; ch++) {
         int32_t *chunk = all + ch * (size_t)ctx;

@@ -199,7 +199,7 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "rawloop: prompt %zu tokens in %.3f s (%.2f tok/s); generated %zu tokens in "
                     "%.3f s (%.2f tok/s); %s, %zu threads, %s\n", n_ids, t1 - t0,
             n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0,
-            s.be.name, s.be.n_threads, co.exact ? "exact fp32 activations" : "8-bit activations");
+            s.be.name, s.be.n_threads, s.be.numerics);
     rc = 0;
 out:
     rl_sampler_free(smp);

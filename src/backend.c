@@ -51,6 +51,8 @@ int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, 
     b->impl = c;
     b->device = RL_DEVICE_CPU;
     b->n_threads = rl_cpu_n_threads(c);
+    b->repacked_bytes = rl_cpu_packed_bytes(c);
+    b->numerics = o->exact ? "exact fp32 activations" : "8-bit activations";
     snprintf(b->name, sizeof b->name, "cpu-%s", rl_simd_name());
     return 0;
 }

@@ -36,6 +36,8 @@ typedef struct rl_backend {
     void *impl;
     enum rl_device device;
     size_t n_threads;
+    size_t repacked_bytes; /* host weights copied into a kernel-friendly layout at load */
+    const char *numerics;  /* what the arithmetic is, for reports: "8-bit activations", ... */
     char name[128]; /* "cpu-avx2", "cuda NVIDIA H200" */
 } rl_backend;
 

@@ -1,11 +1,9 @@
 /* Attention for one decode token: q/k norm + RoPE + KV-cache write (one launch), then split-K
- * flash decode over the cache (one launch) and a deterministic combine (one launch).
+ * flash decode over the cache (one launch); the splits are merged in the Wo matvec's prologue.
  *
- * Flash decode: block (head h, split s) covers positions [s*split, (s+1)*split) ∩ [0, pos]:
- * scores into shared memory (one warp per position, lanes over the head dimension), block max,
- * exp and sum, then one thread per output dimension accumulates sum_p e_p * v_p in position
- * order. It writes the unnormalised partial (max m, sum l, o[hd]); the combine merges the
- * active splits in split order. No atomics anywhere: the same input gives the same bits. */
+ * Flash decode: block (head h, split s) covers positions [s*split, (s+1)*split) of [0, pos]
+ * and writes the unnormalised partial (max m, sum l, o[hd]); the merge combines the active
+ * splits in split order. No atomics anywhere: the same input gives the same bits. */
 #include <cuda_fp16.h>
 #include <math.h>
 
@@ -100,31 +98,54 @@ __device__ float block_sum_f(float v, float *red) {
     return t;
 }
 
-/* grid (n_head, n_split); dynamic shared memory: split floats of scores + hd floats of q */
+/* grid (n_head, n_split), ATT_THREADS threads; dynamic shared memory: split scores, hd of q,
+ * and nw * hd for the cross-warp sum of the output.
+ * Scores: one thread per key (16-byte loads along the key row, q broadcast from shared).
+ * Output: warp w takes positions w, w + nw, ...; lane l the dimension pairs 2l + 64j (coalesced
+ * 4-byte loads of a value row); the warps' sums are added in warp order. The partial (max m,
+ * sum l, unnormalised o[hd]) is merged by the Wo matvec's prologue (matvec.cu). */
 __global__ void flash_decode_kernel(const rl_att_args a) {
     extern __shared__ float sm[];
     __shared__ float red[32];
-    float *sc = sm, *qs = sm + a.split;
-    int h = blockIdx.x, s = blockIdx.y, hd = a.hd, n_pos = a.io->pos + 1;
-    int p0 = s * a.split;
-    if (p0 >= n_pos) return; /* inactive split: the combine never reads it */
-    int p1 = min(p0 + a.split, n_pos), np = p1 - p0;
+    const int hd = a.hd, nw = blockDim.x >> 5;
+    float *sc = sm, *qs = sm + a.split_max, *ow = qs + hd;
+    int h = blockIdx.x, s = blockIdx.y, n_pos = a.io->pos + 1;
+    /* positions per split: the knob, widened (in steps of 32) to keep at most 16 splits so the
+     * merge stays short at depth; a function of pos only, so every block agrees */
+    int S = max(a.split, ((n_pos + 15) / 16 + 31) / 32 * 32);
+    int p0 = s * S;
+    if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
+    int np = min(p0 + S, n_pos) - p0;
     int kv_dim = a.n_head_kv * hd, kvh = h / (a.n_head / a.n_head_kv);
-    int t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = blockDim.x >> 5;
+    int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     for (int d = t; d < hd; d += blockDim.x) qs[d] = a.q[h * hd + d];
     __syncthreads();
     float scale = 1.0f / sqrtf((float)hd);
     const __half *kc = (const __half *)a.kc + kvh * hd;
-    for (int p = warp; p < np; p += nw) {
-        const __half *kr = kc + (size_t)(p0 + p) * kv_dim;
-        float acc = 0.0f;
-        for (int d = lane; d < hd; d += 32) acc = fmaf(qs[d], __half2float(kr[d]), acc);
-        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) sc[p] = acc * scale;
-    }
-    __syncthreads();
     float m = -INFINITY;
-    for (int p = t; p < np; p += blockDim.x) m = fmaxf(m, sc[p]);
+    for (int p = t; p < np; p += blockDim.x) {
+        const uint4 *kr = (const uint4 *)(kc + (size_t)(p0 + p) * kv_dim);
+        float acc0 = 0.0f, acc1 = 0.0f;
+        for (int d8 = 0; d8 < hd / 8; d8++) {
+            uint4 k8 = kr[d8];
+            const float *qq = qs + 8 * d8;
+            float2 f0 = __half22float2(*(const __half2 *)&k8.x);
+            float2 f1 = __half22float2(*(const __half2 *)&k8.y);
+            float2 f2 = __half22float2(*(const __half2 *)&k8.z);
+            float2 f3 = __half22float2(*(const __half2 *)&k8.w);
+            acc0 = fmaf(qq[0], f0.x, acc0);
+            acc1 = fmaf(qq[1], f0.y, acc1);
+            acc0 = fmaf(qq[2], f1.x, acc0);
+            acc1 = fmaf(qq[3], f1.y, acc1);
+            acc0 = fmaf(qq[4], f2.x, acc0);
+            acc1 = fmaf(qq[5], f2.y, acc1);
+            acc0 = fmaf(qq[6], f3.x, acc0);
+            acc1 = fmaf(qq[7], f3.y, acc1);
+        }
+        float v = (acc0 + acc1) * scale;
+        sc[p] = v;
+        m = fmaxf(m, v);
+    }
     m = block_max_f(m, red);
     float l = 0.0f;
     for (int p = t; p < np; p += blockDim.x) {
@@ -132,43 +153,72 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
         sc[p] = e;
         l += e;
     }
-    l = block_sum_f(l, red); /* also orders the sc[] writes before the reads below */
-    float *out = a.part + ((size_t)h * a.n_split + s) * (hd + 2);
+    l = block_sum_f(l, red); /* its barriers also order the sc[] writes before the reads below */
     const __half *vc = (const __half *)a.vc + kvh * hd;
+    float2 acc[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc[j] = make_float2(0.0f, 0.0f);
+#pragma unroll 4
+    for (int p = warp; p < np; p += nw) {
+        const __half2 *vr = (const __half2 *)(vc + (size_t)(p0 + p) * kv_dim);
+        float e = sc[p];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int d = 2 * lane + 64 * j;
+            if (d < hd) {
+                float2 f = __half22float2(vr[d / 2]);
+                acc[j].x = fmaf(e, f.x, acc[j].x);
+                acc[j].y = fmaf(e, f.y, acc[j].y);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        int d = 2 * lane + 64 * j;
+        if (d < hd) {
+            ow[warp * hd + d] = acc[j].x;
+            ow[warp * hd + d + 1] = acc[j].y;
+        }
+    }
+    __syncthreads();
+    float *out = a.part + ((size_t)h * a.n_split + s) * (hd + 2);
     for (int d = t; d < hd; d += blockDim.x) {
         float o = 0.0f;
-        for (int p = 0; p < np; p++) o = fmaf(sc[p], __half2float(vc[(size_t)(p0 + p) * kv_dim + d]), o);
+        for (int w = 0; w < nw; w++) o += ow[w * hd + d];
         out[2 + d] = o;
     }
     if (t == 0) {
         out[0] = m;
         out[1] = l;
     }
-}
-
-/* one block per head, one thread per output dimension; splits merged in order */
-__global__ void att_combine_kernel(const rl_att_args a) {
-    int h = blockIdx.x, hd = a.hd, n_pos = a.io->pos + 1;
-    int ns = (n_pos + a.split - 1) / a.split;
-    const float *part = a.part + (size_t)h * a.n_split * (hd + 2);
+    /* The last block of this head to finish merges every active split, in split order, so the
+     * result does not depend on which block came last (the counter is a ticket, not a sum). */
+    __shared__ int ticket;
+    __threadfence();
+    __syncthreads();
+    if (t == 0) ticket = atomicAdd(&a.count[h], 1);
+    __syncthreads();
+    int ns = (n_pos + S - 1) / S;
+    if (ticket != ns - 1) return;
+    __threadfence();
+    const float *ph = a.part + (size_t)h * a.n_split * (hd + 2);
     float M = -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, part[s * (hd + 2)]);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+    for (int q = 0; q < ns; q++) M = fmaxf(M, __ldcg(ph + q * (hd + 2)));
+    for (int d = t; d < hd; d += blockDim.x) {
         float L = 0.0f, o = 0.0f;
-        for (int s = 0; s < ns; s++) {
-            const float *p = part + s * (hd + 2);
-            float w = expf(p[0] - M);
-            L = fmaf(p[1], w, L);
-            o = fmaf(p[2 + d], w, o);
+        for (int q = 0; q < ns; q++) {
+            const float *pq = ph + q * (hd + 2);
+            float w = expf(__ldcg(pq) - M);
+            L = fmaf(__ldcg(pq + 1), w, L);
+            o = fmaf(__ldcg(pq + 2 + d), w, o);
         }
         a.out[h * hd + d] = o / L;
     }
+    if (t == 0) a.count[h] = 0;
 }
 
 void rl_attention_launch(const rl_att_args *a, cudaStream_t st) {
     dim3 grid(a->n_head, a->n_split);
-    size_t smem = (size_t)(a->split + a->hd) * sizeof(float);
+    size_t smem = (size_t)(a->split_max + a->hd + (ATT_THREADS / 32) * a->hd) * sizeof(float);
     flash_decode_kernel<<<grid, ATT_THREADS, smem, st>>>(*a);
-    int threads = (a->hd + 31) / 32 * 32;
-    att_combine_kernel<<<a->n_head, threads, 0, st>>>(*a);
 }

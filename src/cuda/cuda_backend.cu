@@ -25,7 +25,7 @@ struct rl_cuda {
     const rl_model *m;
     int n_sm;
     size_t n_ctx, q_dim, kv_dim, max_n;
-    int n_split;
+    int n_split, split_max;
     rl_cuda_knobs knobs;
     uint8_t *warena;  /* weights, read-only after upload */
     size_t wbytes, woff;
@@ -40,6 +40,7 @@ struct rl_cuda {
     float *hb;        /* [n_ff] silu(gate) * up */
     float *logits;    /* [n_vocab] */
     float *part;      /* [n_head][n_split][head_dim + 2] */
+    int *count;       /* [n_head] attention split tickets */
     uint16_t *kc, *vc;/* [n_layer][n_ctx][kv_dim] f16 */
     rl_cuda_io *io;
     int32_t *amax;
@@ -78,7 +79,7 @@ static int knob(const char *name, int def, int lo, int hi, int *out, rl_err *e) 
 static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
     if (knob("RL_CUDA_MV_WARPS", 8, 1, 32, &k->mv_warps, e) ||
         knob("RL_CUDA_MV_BLOCKS", 8, 1, 64, &k->mv_blocks_per_sm, e) ||
-        knob("RL_CUDA_ATT_SPLIT", 256, 32, 8192, &k->att_split, e))
+        knob("RL_CUDA_ATT_SPLIT", 32, 32, 8192, &k->att_split, e))
         return -1;
     return 0;
 }
@@ -230,6 +231,7 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         t.inv_freq = c->inv_freq;
         t.part = c->part;
         t.out = c->att;
+        t.count = c->count;
         t.io = c->io;
         t.n_head = (int)cfg->n_head;
         t.n_head_kv = (int)cfg->n_head_kv;
@@ -238,11 +240,12 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         t.n_ctx = (int)c->n_ctx;
         t.n_split = c->n_split;
         t.split = c->knobs.att_split;
+        t.split_max = c->split_max;
         t.neox = cfg->rope_neox;
         t.eps = cfg->norm_eps;
         rl_rope_kv_launch(&t, c->st);
         rl_attention_launch(&t, c->st);
-        c->launches += 3;
+        c->launches += 2;
         /* x += Wo · att */
         mv1(c, &L->wo, NULL, c->x, RL_MV_ADD, c->att, NULL, (int)c->q_dim, &rc);
         /* hb = silu(Wg · rmsnorm(x)) * (Wu · rmsnorm(x)): one launch */
@@ -397,12 +400,20 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     c->n_ctx = o->n_ctx ? o->n_ctx : (cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
     c->q_dim = cfg->n_head * cfg->head_dim;
     c->kv_dim = cfg->n_head_kv * cfg->head_dim;
-    if (cfg->head_dim > 512 || cfg->head_dim % 2 || cfg->rope_dim > cfg->head_dim ||
+    if (cfg->head_dim > 512 || cfg->head_dim % 8 || cfg->rope_dim > cfg->head_dim ||
         cfg->n_head % cfg->n_head_kv || c->q_dim % 32 || cfg->n_embd % 32 || cfg->n_ff % 32)
         return rl_fail(e, "CUDA: unsupported shape (head_dim %zu, rope_dim %zu, %zu heads, %zu kv "
                        "heads, n_embd %zu, n_ff %zu)", cfg->head_dim, cfg->rope_dim, cfg->n_head,
                        cfg->n_head_kv, cfg->n_embd, cfg->n_ff);
     c->n_split = (int)((c->n_ctx + c->knobs.att_split - 1) / c->knobs.att_split);
+    {
+        size_t wide = ((c->n_ctx + 15) / 16 + 31) / 32 * 32, sp = (size_t)c->knobs.att_split;
+        c->split_max = (int)(wide > sp ? wide : sp);
+        size_t smem = ((size_t)c->split_max + cfg->head_dim * 5) * sizeof(float);
+        if (smem > 48 * 1024)
+            return rl_fail(e, "CUDA: a context of %zu tokens needs %zu bytes of attention shared "
+                           "memory per block (limit 49152); use a smaller -c", c->n_ctx, smem);
+    }
     size_t mx = cfg->n_embd > c->q_dim ? cfg->n_embd : c->q_dim;
     c->max_n = mx > cfg->n_ff ? mx : cfg->n_ff;
     if (rl_mv_smem((int)c->max_n) > (size_t)p.sharedMemPerBlockOptin)
@@ -439,6 +450,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     size_t o_lg = off; off = align256(off + cfg->n_vocab * 4);
     size_t o_part = off; off = align256(off + cfg->n_head * (size_t)c->n_split * (cfg->head_dim + 2) * 4);
     size_t o_io = off; off = align256(off + sizeof(rl_cuda_io));
+    size_t o_cnt = off; off = align256(off + cfg->n_head * sizeof(int));
     size_t o_am = off; off = align256(off + sizeof(int32_t));
     size_t o_kc = off; off = align256(off + kv_elems * 2);
     size_t o_vc = off; off = align256(off + kv_elems * 2);
@@ -456,6 +468,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     c->logits = (float *)(c->aarena + o_lg);
     c->part = (float *)(c->aarena + o_part);
     c->io = (rl_cuda_io *)(c->aarena + o_io);
+    c->count = (int *)(c->aarena + o_cnt);
     c->amax = (int32_t *)(c->aarena + o_am);
     c->kc = (uint16_t *)(c->aarena + o_kc);
     c->vc = (uint16_t *)(c->aarena + o_vc);
@@ -480,6 +493,7 @@ extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_o
     b->impl = c;
     b->device = RL_DEVICE_CUDA;
     b->n_threads = 1;
+    b->numerics = "fp32 activations";
     return 0;
 }
 

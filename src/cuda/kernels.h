@@ -65,7 +65,7 @@ struct rl_mv_args {
 struct rl_cuda_knobs {
     int mv_warps;        /* warps per matvec block (RL_CUDA_MV_WARPS, default 8) */
     int mv_blocks_per_sm;/* matvec grid cap per SM (RL_CUDA_MV_BLOCKS, default 8) */
-    int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 256) */
+    int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 32) */
 };
 
 int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
@@ -84,15 +84,20 @@ struct rl_att_args {
     const float *inv_freq; /* [rope_dim / 2] */
     float *part;           /* [n_head][n_split][hd + 2] flash-decode partials */
     float *out;            /* [n_head * hd] */
+    int *count;            /* [n_head] finished splits (zero between launches) */
     const rl_cuda_io *io;
-    int n_head, n_head_kv, hd, rope_dim, n_ctx, n_split, split;
+    int n_head, n_head_kv, hd, rope_dim, n_ctx;
+    int n_split;   /* grid: splits of `split` positions covering n_ctx */
+    int split;     /* positions per split (knob); widened at depth to keep <= 16 splits */
+    int split_max; /* the widest split any position uses (shared-memory size) */
     bool neox;
     float eps;
 };
 
 /* q/k norm, RoPE, and the f16 write of k and v at io->pos (one launch). */
 void rl_rope_kv_launch(const rl_att_args *a, cudaStream_t st);
-/* Split-K flash decode over positions [0, pos] and the deterministic combine (two launches). */
+/* Split-K flash decode over positions [0, pos]; the last split of each head to finish merges
+ * the partials in split order (one launch). */
 void rl_attention_launch(const rl_att_args *a, cudaStream_t st);
 
 /* ---- small kernels ----------------------------------------------------------------------- */

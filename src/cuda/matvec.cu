@@ -1,15 +1,19 @@
 /* Fused dequant-matvec for every weight type of the CPU backend, plus the embedding lookup
  * (which uses the same dequantisers).
  *
- * Design: a block of W warps; each warp owns whole output rows (grid-stride over rows) and its
- * lanes stride over the row's 32-element chunks, so lane l reads chunk l, l+32, ... and a warp's
- * loads of one step are contiguous. Each chunk is dequantised into 32 registers (deq32, one
- * function per type, same op order as rl_dequant_row) and dotted in fp32 against the input,
- * which the prologue stages in shared memory, RMS-normalised when the matvec follows a norm.
- * The shared copy is padded by 4 floats after every 32 values: lane l reads its chunk's
- * float4s at word 36*l + 4j, and a quarter-warp (the unit of a 16-byte shared load) then hits
- * 8 distinct 4-bank groups. Lane sums are combined by a fixed butterfly: deterministic, no
- * atomics. Epilogues: bias, residual add, SwiGLU of two segments. */
+ * Design: a block of W warps stages the input in shared memory (RMS-normalised in the prologue
+ * when the matvec follows a norm: every block recomputes the scale, so no separate norm
+ * launch). Each warp then owns output rows (grid-stride); its lanes stride over the row's
+ * 32-element chunks (lane l: chunks l, l+32, ..., two in flight), so a warp's weight loads of
+ * one step are contiguous 16-byte loads. Per chunk a lane dots its 32 input values (16-byte
+ * shared loads) with the chunk (chunk_dot: one function per type;
+ * Q4_0/Q8_0 with a byte-permute int->float, the other types via deq32 in rl_dequant_row's op
+ * order). The shared copy is padded by 4 floats after every 32 values so a quarter-warp's
+ * 16-byte loads hit distinct banks. Lane sums are combined by a fixed butterfly:
+ * deterministic, no atomics. Epilogues: bias, residual add, and SwiGLU (gate row r and up row
+ * r in one pass: one read of x, both rows' loads in flight).
+ * Measured (docs/PERF.md): 4 rows per warp sharing the x registers was slower (fewer warps,
+ * fewer loads in flight on 1B-sized matrices), so a warp owns one row (two for the GLU). */
 #include <cuda_fp16.h>
 
 #include "kernels.h"
@@ -180,43 +184,120 @@ __device__ __forceinline__ void deq32(const uint8_t *w, const uint8_t *s, int c,
 
 /* ---- matvec ------------------------------------------------------------------------------ */
 
-/* Lane partial of row · x over chunks lane, lane+32, ... (x: padded shared copy). */
+/* Q4_0 / Q8_0 chunk · x with the scale factored out: d * sum((q - z) * x). Integer to float
+ * without the quarter-rate I2F: a byte permute builds the float 2^23 + q (exactly), one FADD
+ * removes 2^23 + z: full-rate ops instead of a quarter-rate I2F per weight (lesson 4; with
+ * the attention rework it took 1.1B Q4_0 from 724 to 944 tok/s). Not the CPU's op order,
+ * which the 1e-3 gate does not need; deq_q4_0 / deq_q8_0 (embedding) keep the reference order. */
+#define MAGIC 0x4B000000u /* bits of 2^23 */
+__device__ __forceinline__ float mag(uint32_t u, int b) {
+    return __uint_as_float(__byte_perm(u, MAGIC, 0x7650 + b));
+}
+
 template <int T>
-__device__ float row_dot_t(const uint8_t *w, const uint8_t *s, const float *xs, int nch, int lane) {
-    float acc = 0.0f;
-#pragma unroll 2
-    for (int c = lane; c < nch; c += 32) {
+__device__ __forceinline__ float chunk_dot(const uint8_t *w, const uint8_t *s, int c, const float *xc) {
+    if (T == RL_Q4_0) {
+        uint4 t = __ldg((const uint4 *)(w + (size_t)c * 16));
+        float d = h2f(__ldg((const unsigned short *)s + c));
+        uint32_t u[4] = {t.x, t.y, t.z, t.w};
+        float a0 = 0.0f, a1 = 0.0f;
+        const float z = 8388616.0f; /* 2^23 + 8 */
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t lo = u[k] & 0x0F0F0F0Fu, hi = (u[k] >> 4) & 0x0F0F0F0Fu;
+            float4 xl = *(const float4 *)(xc + 4 * k), xh = *(const float4 *)(xc + 16 + 4 * k);
+            a0 = fmaf(mag(lo, 0) - z, xl.x, a0);
+            a1 = fmaf(mag(hi, 0) - z, xh.x, a1);
+            a0 = fmaf(mag(lo, 1) - z, xl.y, a0);
+            a1 = fmaf(mag(hi, 1) - z, xh.y, a1);
+            a0 = fmaf(mag(lo, 2) - z, xl.z, a0);
+            a1 = fmaf(mag(hi, 2) - z, xh.z, a1);
+            a0 = fmaf(mag(lo, 3) - z, xl.w, a0);
+            a1 = fmaf(mag(hi, 3) - z, xh.w, a1);
+        }
+        return d * (a0 + a1);
+    } else if (T == RL_Q8_0) {
+        const uint4 *p = (const uint4 *)(w + (size_t)c * 32);
+        uint4 t0 = __ldg(p), t1 = __ldg(p + 1);
+        float d = h2f(__ldg((const unsigned short *)s + c));
+        uint32_t u[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
+        float a0 = 0.0f, a1 = 0.0f;
+        const float z = 8388736.0f; /* 2^23 + 128 */
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t v = u[k] ^ 0x80808080u; /* int8 q -> q + 128 */
+            float4 xx = *(const float4 *)(xc + 4 * k);
+            a0 = fmaf(mag(v, 0) - z, xx.x, a0);
+            a1 = fmaf(mag(v, 1) - z, xx.y, a1);
+            a0 = fmaf(mag(v, 2) - z, xx.z, a0);
+            a1 = fmaf(mag(v, 3) - z, xx.w, a1);
+        }
+        return d * (a0 + a1);
+    } else {
         float v[32];
         deq32<T>(w, s, c, v);
-        const float *xc = xs + c * 36;
+        float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll
         for (int j = 0; j < 32; j += 4) {
             float4 xx = *(const float4 *)(xc + j);
-            acc = fmaf(v[j], xx.x, acc);
-            acc = fmaf(v[j + 1], xx.y, acc);
-            acc = fmaf(v[j + 2], xx.z, acc);
-            acc = fmaf(v[j + 3], xx.w, acc);
+            a0 = fmaf(v[j], xx.x, a0);
+            a1 = fmaf(v[j + 1], xx.y, a1);
+            a0 = fmaf(v[j + 2], xx.z, a0);
+            a1 = fmaf(v[j + 3], xx.w, a1);
         }
+        return a0 + a1;
     }
-    return acc;
+}
+
+/* R rows (any pointers, same type) against x (shared, padded): R independent weight loads per
+ * chunk in flight. Results are complete (butterfly-reduced) sums in every lane. */
+template <int T, int R>
+__device__ void rows_dot_t(const uint8_t *const *w, const uint8_t *const *s, const float *xs,
+                           int nch, int lane, float *acc) {
+#pragma unroll
+    for (int i = 0; i < R; i++) acc[i] = 0.0f;
+#pragma unroll(R == 1 ? 2 : 1) /* two chunks in flight; R = 2 has two rows in flight already */
+    for (int c = lane; c < nch; c += 32) {
+#pragma unroll
+        for (int i = 0; i < R; i++) acc[i] += chunk_dot<T>(w[i], s[i], c, xs + c * 36);
+    }
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+}
+
+template <int R>
+__device__ void rows_dot(uint32_t type, const uint8_t *const *w, const uint8_t *const *s,
+                         const float *xs, int nch, int lane, float *acc) {
+    switch (type) {
+    case RL_F32: rows_dot_t<RL_F32, R>(w, s, xs, nch, lane, acc); break;
+    case RL_F16: rows_dot_t<RL_F16, R>(w, s, xs, nch, lane, acc); break;
+    case RL_BF16: rows_dot_t<RL_BF16, R>(w, s, xs, nch, lane, acc); break;
+    case RL_Q4_0: rows_dot_t<RL_Q4_0, R>(w, s, xs, nch, lane, acc); break;
+    case RL_Q8_0: rows_dot_t<RL_Q8_0, R>(w, s, xs, nch, lane, acc); break;
+    case RL_Q4_K: rows_dot_t<RL_Q4_K, R>(w, s, xs, nch, lane, acc); break;
+    case RL_Q5_K: rows_dot_t<RL_Q5_K, R>(w, s, xs, nch, lane, acc); break;
+    default: rows_dot_t<RL_Q6_K, R>(w, s, xs, nch, lane, acc); break;
+    }
+}
+
+__device__ __forceinline__ const uint8_t *qrow(const rl_dmat &m, int r) { return m.q + (size_t)r * m.q_row; }
+__device__ __forceinline__ const uint8_t *srow(const rl_dmat &m, int r) {
+    return m.s ? m.s + (size_t)r * m.s_row : nullptr;
 }
 
 __device__ float row_dot(const rl_dmat &m, int r, const float *xs, int nch, int lane) {
-    const uint8_t *w = m.q + (size_t)r * m.q_row, *s = m.s ? m.s + (size_t)r * m.s_row : nullptr;
-    float p;
-    switch (m.type) {
-    case RL_F32: p = row_dot_t<RL_F32>(w, s, xs, nch, lane); break;
-    case RL_F16: p = row_dot_t<RL_F16>(w, s, xs, nch, lane); break;
-    case RL_BF16: p = row_dot_t<RL_BF16>(w, s, xs, nch, lane); break;
-    case RL_Q4_0: p = row_dot_t<RL_Q4_0>(w, s, xs, nch, lane); break;
-    case RL_Q8_0: p = row_dot_t<RL_Q8_0>(w, s, xs, nch, lane); break;
-    case RL_Q4_K: p = row_dot_t<RL_Q4_K>(w, s, xs, nch, lane); break;
-    case RL_Q5_K: p = row_dot_t<RL_Q5_K>(w, s, xs, nch, lane); break;
-    default: p = row_dot_t<RL_Q6_K>(w, s, xs, nch, lane); break;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) p += __shfl_xor_sync(0xffffffffu, p, o);
-    return p;
+    const uint8_t *w[1] = {qrow(m, r)}, *s[1] = {srow(m, r)};
+    float acc[1];
+    rows_dot<1>(m.type, w, s, xs, nch, lane, acc);
+    return acc[0];
+}
+
+__device__ __forceinline__ void epilogue(const rl_mv_args &a, const rl_mv_seg &sg, int r, float v) {
+    if (sg.bias) v = v + sg.bias[r];
+    if (a.mode == RL_MV_ADD) sg.y[r] = sg.y[r] + v;
+    else sg.y[r] = v;
 }
 
 __global__ void matvec_kernel(const rl_mv_args a) {
@@ -246,26 +327,28 @@ __global__ void matvec_kernel(const rl_mv_args a) {
     __syncthreads();
 
     const int nch = n / 32;
+    if (a.mode == RL_MV_GLU) { /* row r of gate and row r of up in one pass */
+        const rl_dmat &g = a.seg[0].w, &u = a.seg[1].w;
+        for (int r = blockIdx.x * nw + warp; r < g.rows; r += gridDim.x * nw) {
+            float acc[2];
+            if (g.type == u.type) {
+                const uint8_t *w[2] = {qrow(g, r), qrow(u, r)}, *s[2] = {srow(g, r), srow(u, r)};
+                rows_dot<2>(g.type, w, s, xs, nch, lane, acc);
+            } else {
+                acc[0] = row_dot(g, r, xs, nch, lane);
+                acc[1] = row_dot(u, r, xs, nch, lane);
+            }
+            if (lane == 0) a.seg[0].y[r] = acc[0] / (1.0f + expf(-acc[0])) * acc[1];
+        }
+        return;
+    }
     int total = 0;
-    if (a.mode == RL_MV_GLU) total = a.seg[0].w.rows;
-    else
-        for (int i = 0; i < a.nseg; i++) total += a.seg[i].w.rows;
+    for (int i = 0; i < a.nseg; i++) total += a.seg[i].w.rows;
     for (int row = blockIdx.x * nw + warp; row < total; row += gridDim.x * nw) {
-        if (a.mode == RL_MV_GLU) {
-            float g = row_dot(a.seg[0].w, row, xs, nch, lane);
-            float u = row_dot(a.seg[1].w, row, xs, nch, lane);
-            if (lane == 0) a.seg[0].y[row] = g / (1.0f + expf(-g)) * u;
-            continue;
-        }
-        int si = 0, rr = row;
-        while (rr >= a.seg[si].w.rows) rr -= a.seg[si++].w.rows;
-        const rl_mv_seg &sg = a.seg[si];
-        float v = row_dot(sg.w, rr, xs, nch, lane);
-        if (lane == 0) {
-            if (sg.bias) v = v + sg.bias[rr];
-            if (a.mode == RL_MV_ADD) sg.y[rr] = sg.y[rr] + v;
-            else sg.y[rr] = v;
-        }
+        int si = 0, r = row;
+        while (r >= a.seg[si].w.rows) r -= a.seg[si++].w.rows;
+        float v = row_dot(a.seg[si].w, r, xs, nch, lane);
+        if (lane == 0) epilogue(a, a.seg[si], r, v);
     }
 }
 
@@ -277,11 +360,11 @@ int rl_mv_prepare(int max_n) {
 }
 
 int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
-    int total = 0;
-    if (a->mode == RL_MV_GLU) total = a->seg[0].w.rows;
+    int groups = 0;
+    if (a->mode == RL_MV_GLU) groups = a->seg[0].w.rows;
     else
-        for (int i = 0; i < a->nseg; i++) total += a->seg[i].w.rows;
-    int warps = k->mv_warps, blocks = (total + warps - 1) / warps;
+        for (int i = 0; i < a->nseg; i++) groups += a->seg[i].w.rows;
+    int warps = k->mv_warps, blocks = (groups + warps - 1) / warps;
     int cap = k->mv_blocks_per_sm * n_sm;
     if (blocks > cap) blocks = cap;
     matvec_kernel<<<blocks, warps * 32, rl_mv_smem(a->n), st>>>(*a);

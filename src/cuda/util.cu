@@ -14,11 +14,18 @@ __global__ void argmax_kernel(const float *v, int n, int32_t *out) {
     int t = threadIdx.x;
     float best = -INFINITY;
     int idx = n; /* sentinel: loses every tie */
-    for (int i = t; i < n; i += blockDim.x)
-        if (idx == n || v[i] > best) { /* increasing i: the first maximum stays */
-            best = v[i];
-            idx = i;
-        }
+    const int nt = blockDim.x;
+    for (int base = t; base < n; base += 8 * nt) {
+        float x[8]; /* eight independent loads in flight, then compared in index order */
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = base + k * nt < n ? v[base + k * nt] : -INFINITY;
+#pragma unroll
+        for (int k = 0; k < 8; k++)
+            if (base + k * nt < n && (idx == n || x[k] > best)) { /* the first maximum stays */
+                best = x[k];
+                idx = base + k * nt;
+            }
+    }
     bv[t] = best;
     bi[t] = idx;
     __syncthreads();

@@ -80,6 +80,9 @@ if has e; then
     cmp_logits "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_SHIP"
     cmp_logits "rawloop-draft F16" models/rawloop-draft-f16.gguf "$IDS_SHIP"
     greedy "rawloop-small Q8_0" models/rawloop-small.gguf
+    # 600 positions: many attention splits, and the widened splits past 16 * 32 positions
+    IDS_LONG=$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(600)))")
+    cmp_logits "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_LONG"
 fi
 
 if has r; then
@@ -107,18 +110,41 @@ if has s; then
 fi
 
 bench() { # name file
-    "$R" bench --device cuda -m "$2" -p 0 -n 128 -r 5 --json >"$OUT/bench-$1.json" 2>>"$LOG"
-    python3 - "$1" "$OUT/bench-$1.json" >>"$SUMMARY" 2>>"$LOG" <<'EOF'
+    local js="/tmp/bench-${1// /_}.json"
+    "$R" bench --device cuda -m "$2" -p 0 -n 128 -r 5 --json >"$js" 2>>"$LOG"
+    python3 - "$1" "$js" >>"$SUMMARY" 2>>"$LOG" <<'EOF'
 import sys, json
 j = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 print(f"| {sys.argv[1]} | tg128 x5 | {j['tg_tps']:.1f} tok/s (sd {j['tg_sd']:.1f}, min {j['tg_min']:.1f}, max {j['tg_max']:.1f}), {j['bytes_per_token']/1e6:.1f} MB/token, {j['gbps']:.0f} GB/s = {100*j['ceiling_share']:.1f}% of {j['ceiling_gbps']:.0f} GB/s | {j['backend']} |")
 EOF
-    cat "$OUT/bench-$1.json" >>"$LOG"
+    cat "$js" >>"$LOG"
 }
 if has b; then
     say "== speed"
     bench "tinyllama-1.1b Q4_0" "$M/tinyllama-1.1b-Q4_0.gguf"
     bench "tinyllama-1.1b F16" "$M/tinyllama-1.1b-F16.gguf"
+fi
+if has d; then
+    "$R" bench --device cuda -m "$M/tinyllama-1.1b-Q4_0.gguf" -p 0 -n 128 -r 3 -d 2048 --json >/tmp/bench-depth.json 2>>"$LOG"
+    python3 - "tinyllama-1.1b Q4_0 @ d2048" /tmp/bench-depth.json >>"$SUMMARY" 2>>"$LOG" <<'EOF2'
+import sys, json
+j = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+print(f"| {sys.argv[1]} | tg128 x3 | {j['tg_tps']:.1f} tok/s (sd {j['tg_sd']:.1f}), {j['bytes_per_token']/1e6:.1f} MB/token, {j['gbps']:.0f} GB/s = {100*j['ceiling_share']:.1f}% of {j['ceiling_gbps']:.0f} GB/s | {j['backend']} |")
+EOF2
+fi
+if has t; then # tile knobs: warps per matvec block x blocks per SM
+    for f in Q4_0 F16; do
+        for W in 2 4 8; do for BL in 4 8 16; do
+            RL_CUDA_MV_WARPS=$W RL_CUDA_MV_BLOCKS=$BL "$R" bench --device cuda -m "$M/tinyllama-1.1b-$f.gguf" -p 0 -n 128 -r 3 --no-ceiling --json 2>>"$LOG" |
+                python3 -c "import sys,json; j=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(f'| tinyllama-1.1b $f | knobs MV_WARPS=$W MV_BLOCKS=$BL | {j[\"tg_tps\"]:.1f} tok/s (sd {j[\"tg_sd\"]:.1f}) | |')" >>"$SUMMARY" 2>>"$LOG"
+        done; done
+    done
+fi
+if has p; then
+    command -v ncu >/dev/null && ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+        "$R" bench --device cuda -m "$M/tinyllama-1.1b-Q4_0.gguf" -p 0 -n 8 -r 1 --no-ceiling >"$OUT/ncu-q4_0.txt" 2>&1
+    command -v ncu >/dev/null && ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+        "$R" bench --device cuda -m "$M/tinyllama-1.1b-F16.gguf" -p 0 -n 8 -r 1 --no-ceiling >"$OUT/ncu-f16.txt" 2>&1
 fi
 if has b7; then
     f="$M/llama2-7b-Q4_0.gguf"
