@@ -171,7 +171,7 @@ int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e)
 oom:
     {
         size_t n_ctx = c->n_ctx;
-        double gb = 2.0 * (double)cfg->n_layer * n_ctx * c->kv_dim * 2 / 1e9;
+        double gb = 2.0 * (double)cfg->n_layer * n_ctx * c->kv_dim * (o->kv_f32 ? 4 : 2) / 1e9;
         rl_cpu_free(c);
         return rl_fail(e, "out of memory allocating the forward state (context %zu needs "
                        "%.2f GB of KV cache); try a smaller -c", n_ctx, gb);
@@ -205,53 +205,41 @@ static void rmsnorm(float *out, const float *x, const float *w, size_t n, float 
     for (size_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
 }
 
-static float dot_f16(const float *q, const uint16_t *k, size_t n) {
+/* q . k and out += a * v over one cached K/V head, stored as f16 or (--kv-type f32) f32. */
+static float dot_kv(const float *q, const void *k, size_t n, bool f32) {
+    const uint16_t *kh = k;
+    const float *kf = k;
     size_t i = 0;
     float s = 0;
 #ifdef RL_X86_SIMD
     __m256 acc = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i),
-                              _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))), acc);
+    for (; i + 8 <= n; i += 8) {
+        __m256 kv = f32 ? _mm256_loadu_ps(kf + i)
+                        : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(kh + i)));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), kv, acc);
+    }
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     s = _mm_cvtss_f32(h);
 #endif
-    for (; i < n; i++) s += q[i] * rl_f16_to_f32(k[i]);
+    for (; i < n; i++) s += q[i] * (f32 ? kf[i] : rl_f16_to_f32(kh[i]));
     return s;
 }
 
-static float dot_f32(const float *q, const float *k, size_t n) {
-    size_t i = 0;
-    float s = 0;
-#ifdef RL_X86_SIMD
-    __m256 acc = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), acc);
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    s = _mm_cvtss_f32(h);
-#endif
-    for (; i < n; i++) s += q[i] * k[i];
-    return s;
-}
-
-static void axpy_f32(float *out, float a, const float *v, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] += a * v[i];
-}
-
-static void axpy_f16(float *out, float a, const uint16_t *v, size_t n) {
+static void axpy_kv(float *out, float a, const void *v, size_t n, bool f32) {
+    const uint16_t *vh = v;
+    const float *vf = v;
     size_t i = 0;
 #ifdef RL_X86_SIMD
     __m256 va = _mm256_set1_ps(a);
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(va, _mm256_cvtph_ps(_mm_loadu_si128(
-                                                          (const __m128i *)(v + i))),
-                                                  _mm256_loadu_ps(out + i)));
+    for (; i + 8 <= n; i += 8) {
+        __m256 vv = f32 ? _mm256_loadu_ps(vf + i)
+                        : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vh + i)));
+        _mm256_storeu_ps(out + i, _mm256_fmadd_ps(va, vv, _mm256_loadu_ps(out + i)));
+    }
 #endif
-    for (; i < n; i++) out[i] += a * rl_f16_to_f32(v[i]);
+    for (; i < n; i++) out[i] += a * (f32 ? vf[i] : rl_f16_to_f32(vh[i]));
 }
 
 /* Rotates one head in place at position pos. llama pairs (2i, 2i+1); neox pairs (i, i+d/2). */
@@ -361,8 +349,7 @@ static void att_worker(void *ctx, size_t ith, size_t nth) {
         float mx = -INFINITY;
         for (size_t p = 0; p < n_pos; p++) {
             const uint8_t *kp = kl + p * row + kvh * hd * c->kv_elt;
-            att[p] = (f32 ? dot_f32(q, (const float *)kp, hd) : dot_f16(q, (const uint16_t *)kp, hd)) *
-                     scale;
+            att[p] = dot_kv(q, kp, hd, f32) * scale;
             if (att[p] > mx) mx = att[p];
         }
         float sum = 0;
@@ -374,11 +361,7 @@ static void att_worker(void *ctx, size_t ith, size_t nth) {
         memset(out, 0, hd * sizeof(float));
         float inv = 1.0f / sum;
         for (size_t p = 0; p < n_pos; p++)
-        {
-            const uint8_t *vp = vl + p * row + kvh * hd * c->kv_elt;
-            if (f32) axpy_f32(out, att[p] * inv, (const float *)vp, hd);
-            else axpy_f16(out, att[p] * inv, (const uint16_t *)vp, hd);
-        }
+            axpy_kv(out, att[p] * inv, vl + p * row + kvh * hd * c->kv_elt, hd, f32);
     }
 }
 
