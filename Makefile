@@ -6,6 +6,7 @@
 #   make test-asan       the same suite built with AddressSanitizer + UBSan, in build-asan/
 #   make fuzz            libFuzzer targets in build-fuzz/ (clang); `make fuzz-short` runs each briefly
 #   make ARCH=           portable build: no -march (scalar + baseline SIMD only)
+#   make test-arm64      NEON kernels: test_quant cross-built for arm64, run under qemu-aarch64
 
 CC      ?= cc
 BUILD   ?= build
@@ -98,6 +99,26 @@ test-asan:
 	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer" all
 	RAWLOOP_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		python3 -m pytest -q -m "not slow" tests/py
+
+# NEON kernels (src/mm_neon.c) on arm64: test_quant cross-built for baseline armv8-a and for
+# armv8.2-a+dotprod, run under qemu-aarch64 (Debian: gcc-aarch64-linux-gnu qemu-user). Only
+# the sources test_quant needs, so no arm64 PCRE2. Each binary counts as one test in the
+# closing "N passed, M failed" line that tests/run_all.sh reads.
+ARM64_CC   ?= aarch64-linux-gnu-gcc
+ARM64_QEMU ?= qemu-aarch64
+ARM64_SRC  := tests/unit/test_quant.c src/quant.c src/mm.c src/mm_neon.c src/types.c src/err.c
+.PHONY: test-arm64
+test-arm64:
+	@command -v $(ARM64_CC) >/dev/null && command -v $(ARM64_QEMU) >/dev/null || \
+	  { echo "test-arm64 needs $(ARM64_CC) and $(ARM64_QEMU) (apt-get install gcc-aarch64-linux-gnu qemu-user)"; \
+	    echo "0 passed, 1 failed"; exit 1; }
+	@mkdir -p $(BUILD)/arm64; p=0; f=0; \
+	for a in armv8-a armv8.2-a+dotprod; do \
+	  bin=$(BUILD)/arm64/test_quant-$$(echo $$a | tr + -); \
+	  echo "== test_quant -march=$$a under $(ARM64_QEMU)"; \
+	  if $(ARM64_CC) -std=c11 $(OPT) -g -march=$$a $(WARN) -D_GNU_SOURCE -static -Isrc -Itests/unit \
+	       $(ARM64_SRC) -o $$bin -lm && $(ARM64_QEMU) $$bin; then p=$$((p + 1)); else f=$$((f + 1)); fi; \
+	done; echo "$$p passed, $$f failed"; [ $$f -eq 0 ]
 
 FUZZ_CC    ?= clang
 FUZZ_SRC   := $(wildcard fuzz/fuzz_*.c)

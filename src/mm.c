@@ -1,5 +1,5 @@
 /* Matmul kernels: the best SIMD level of the build (compile-time: -march picks it), with the
- * scalar reference from quant.c as the fallback.
+ * scalar reference from quant.c as the fallback. AVX2 lives here, NEON (arm64) in mm_neon.c.
  *
  * AVX2 layout of the work:
  *  - fast path, Q8_0 / Q4_0: register tiles of R weight rows x C activation columns; every
@@ -12,6 +12,7 @@
  *    256-value chunk at a time into L1, then dotted against each column with the x loads shared
  *    by the 4 rows. Partial sums go straight into y, so no per-call buffer scales with S. */
 #include "quant.h"
+#include "mm_neon.h"
 
 #include <string.h>
 
@@ -662,6 +663,8 @@ static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
 void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
 #ifdef RL_MM_AVX2
     mm_rows_avx2(m, r0, r1);
+#elif defined(RL_MM_NEON)
+    rl_neon_mm_rows(m, r0, r1);
 #else
     rl_mm_rows_ref(m, r0, r1);
 #endif
@@ -675,6 +678,10 @@ size_t rl_mm_row_tile(uint32_t type) {
 const char *rl_simd_name(void) {
 #ifdef RL_MM_AVX2
     return "avx2";
+#elif defined(RL_MM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+    return "neon-dotprod";
+#elif defined(RL_MM_NEON)
+    return "neon";
 #else
     return "scalar";
 #endif
@@ -683,6 +690,8 @@ const char *rl_simd_name(void) {
 void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
 #ifdef RL_MM_AVX2
     q8a_quant_row(x, dst, n);
+#elif defined(RL_MM_NEON)
+    rl_neon_q8a_quant_row(x, dst, n);
 #else
     rl_q8a_quant_row_ref(x, dst, n);
 #endif
@@ -691,6 +700,8 @@ void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
 void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
 #ifdef RL_MM_AVX2
     f16_to_f32_row(src, dst, n);
+#elif defined(RL_MM_NEON)
+    rl_neon_f16_to_f32_row(src, dst, n);
 #else
     for (size_t i = 0; i < n; i++) dst[i] = rl_f16_to_f32(src[i]);
 #endif
@@ -699,6 +710,8 @@ void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
 void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
 #ifdef RL_MM_AVX2
     f32_to_f16_row(src, dst, n);
+#elif defined(RL_MM_NEON)
+    rl_neon_f32_to_f16_row(src, dst, n);
 #else
     for (size_t i = 0; i < n; i++) dst[i] = rl_f32_to_f16(src[i]);
 #endif

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make check`: the whole test suite as CI runs it, ending with one "N passed, N failed" line.
 #   1. make test       — C unit tests, tokenizer vectors, malformed inputs, HF oracle (pytest)
-#   2. make test-asan  — the same suite (minus `slow` cases) under ASan + UBSan
-#   3. make fuzz-short — each libFuzzer target for FUZZ_SECONDS (default 30) from its seeds
+#   2. make test-arm64 — NEON kernels: test_quant cross-built for arm64, run under qemu-aarch64
+#   3. make test-asan  — the same suite (minus `slow` cases) under ASan + UBSan
+#   4. make fuzz-short — each libFuzzer target for FUZZ_SECONDS (default 30) from its seeds
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p build/logs
@@ -29,6 +30,8 @@ stage() { # name, command...
 
 stage test make -j2 test
 count build/logs/test.log
+stage test-arm64 make test-arm64
+count build/logs/test-arm64.log
 stage test-asan make -j2 test-asan
 count build/logs/test-asan.log
 if make fuzz-short FUZZ_SECONDS="${FUZZ_SECONDS:-30}" 2>&1 | tee build/logs/fuzz.log; then

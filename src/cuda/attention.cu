@@ -26,6 +26,8 @@ __device__ double block_sum_d(double v, double *red) {
 __global__ void rope_kv_kernel(const rl_att_args a) {
     __shared__ float h[512];
     __shared__ double red[32];
+    rl_pdl_trigger();
+    rl_pdl_wait();
     int b = blockIdx.x, t = threadIdx.x, hd = a.hd, pos = a.io->pos;
     int kind = b < a.n_head ? 0 : b < a.n_head + a.n_head_kv ? 1 : 2;
     int head = kind == 0 ? b : kind == 1 ? b - a.n_head : b - a.n_head - a.n_head_kv;
@@ -69,9 +71,9 @@ __global__ void rope_kv_kernel(const rl_att_args a) {
     }
 }
 
-void rl_rope_kv_launch(const rl_att_args *a, cudaStream_t st) {
+void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
     int threads = (a->hd + 31) / 32 * 32;
-    rope_kv_kernel<<<a->n_head + 2 * a->n_head_kv, threads, 0, st>>>(*a);
+    rl_launch(rope_kv_kernel, dim3(a->n_head + 2 * a->n_head_kv), dim3(threads), 0, st, pdl, *a);
 }
 
 #define ATT_THREADS 128
@@ -107,6 +109,8 @@ __device__ float block_sum_f(float v, float *red) {
 __global__ void flash_decode_kernel(const rl_att_args a) {
     extern __shared__ float sm[];
     __shared__ float red[32];
+    rl_pdl_trigger();
+    rl_pdl_wait();
     const int hd = a.hd, nw = blockDim.x >> 5;
     float *sc = sm, *qs = sm + a.split_max, *ow = qs + hd;
     int h = blockIdx.x, s = blockIdx.y, n_pos = a.io->pos + 1;
@@ -181,6 +185,15 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
         }
     }
     __syncthreads();
+    int ns = (n_pos + S - 1) / S;
+    if (ns == 1) { /* a single split is its own merge: o / l, the same bits as the merge gives */
+        for (int d = t; d < hd; d += blockDim.x) {
+            float o = 0.0f;
+            for (int w = 0; w < nw; w++) o += ow[w * hd + d];
+            a.out[h * hd + d] = o / l;
+        }
+        return;
+    }
     float *out = a.part + ((size_t)h * a.n_split + s) * (hd + 2);
     for (int d = t; d < hd; d += blockDim.x) {
         float o = 0.0f;
@@ -198,7 +211,6 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
     __syncthreads();
     if (t == 0) ticket = atomicAdd(&a.count[h], 1);
     __syncthreads();
-    int ns = (n_pos + S - 1) / S;
     if (ticket != ns - 1) return;
     __threadfence();
     const float *ph = a.part + (size_t)h * a.n_split * (hd + 2);
@@ -217,8 +229,10 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
     if (t == 0) a.count[h] = 0;
 }
 
-void rl_attention_launch(const rl_att_args *a, cudaStream_t st) {
-    dim3 grid(a->n_head, a->n_split);
+/* The split widening keeps at most 16 splits active at any position, so the grid needs no more:
+ * v1 launched n_ctx / split blocks per head, most of which returned at once. */
+void rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
+    dim3 grid(a->n_head, a->n_split < 16 ? a->n_split : 16);
     size_t smem = (size_t)(a->split_max + a->hd + (ATT_THREADS / 32) * a->hd) * sizeof(float);
-    flash_decode_kernel<<<grid, ATT_THREADS, smem, st>>>(*a);
+    rl_launch(flash_decode_kernel, grid, dim3(ATT_THREADS), smem, st, pdl, *a);
 }

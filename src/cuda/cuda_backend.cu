@@ -77,9 +77,11 @@ static int knob(const char *name, int def, int lo, int hi, int *out, rl_err *e) 
 }
 
 static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
-    if (knob("RL_CUDA_MV_WARPS", 8, 1, 32, &k->mv_warps, e) ||
+    if (knob("RL_CUDA_MV_WARPS", 8, 1, 8, &k->mv_warps, e) ||
         knob("RL_CUDA_MV_BLOCKS", 8, 1, 64, &k->mv_blocks_per_sm, e) ||
-        knob("RL_CUDA_ATT_SPLIT", 32, 32, 8192, &k->att_split, e))
+        knob("RL_CUDA_ATT_SPLIT", 32, 32, 8192, &k->att_split, e) ||
+        knob("RL_CUDA_PDL", 0, 0, 1, &k->pdl, e) || /* measured slower: docs/PERF.md */
+        knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e))
         return -1;
     return 0;
 }
@@ -192,40 +194,59 @@ static void mv1(rl_cuda *c, const rl_dmat *w, const float *bias, float *y, int m
     a.norm_w = norm_w;
     a.eps = c->m->cfg.norm_eps;
     a.n = n;
-    if (rl_mv_launch(&a, &c->knobs, c->n_sm, c->st)) *rc = -1;
-    c->launches++;
+    int k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
+    if (k < 0) *rc = -1;
+    else c->launches += (size_t)k;
+}
+
+static void seg(rl_mv_seg *s, const rl_dmat *w, const float *bias, float *y, uint16_t *y16, bool rope) {
+    s->w = *w;
+    s->bias = bias;
+    s->y = y;
+    s->y16 = y16;
+    s->rope = rope;
 }
 
 static int enqueue_token(rl_cuda *c, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
     int D = (int)cfg->n_embd, F = (int)cfg->n_ff, rc = 0;
+    bool pdl = c->knobs.pdl != 0;
     c->launches = 0;
-    rl_embed_launch(&c->emb, c->io, c->x, c->st);
+    rl_embed_launch(&c->emb, c->io, c->x, c->st); /* the first node: a plain launch */
     c->launches++;
     for (size_t l = 0; l < cfg->n_layer; l++) {
         const dlayer *L = &c->lay[l];
-        /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch */
+        uint16_t *kc = c->kc + l * c->n_ctx * c->kv_dim, *vc = c->vc + l * c->n_ctx * c->kv_dim;
+        /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
+         * differ). Llama RoPE (adjacent pairs) and the f16 K/V write fold into its epilogue;
+         * q/k norms (qwen3) and neox rotation keep the separate rope_kv launch. */
+        bool fold = c->knobs.rope_fold && !cfg->rope_neox && !L->q_norm && !L->k_norm;
         rl_mv_args a;
         memset(&a, 0, sizeof a);
-        a.seg[0] = {L->wq, L->bq, c->q};
-        a.seg[1] = {L->wk, L->bk, c->k};
-        a.seg[2] = {L->wv, L->bv, c->v};
+        seg(&a.seg[0], &L->wq, L->bq, c->q, NULL, fold);
+        seg(&a.seg[1], &L->wk, L->bk, fold ? NULL : c->k, fold ? kc : NULL, fold);
+        seg(&a.seg[2], &L->wv, L->bv, fold ? NULL : c->v, fold ? vc : NULL, false);
         a.nseg = 3;
         a.mode = RL_MV_STORE;
         a.x = c->x;
         a.norm_w = L->attn_norm;
         a.eps = cfg->norm_eps;
         a.n = D;
-        if (rl_mv_launch(&a, &c->knobs, c->n_sm, c->st)) rc = -1;
-        c->launches++;
-        /* rope + cache write, then attention */
+        a.inv_freq = c->inv_freq;
+        a.io = c->io;
+        a.hd = (int)cfg->head_dim;
+        a.rope_dim = (int)cfg->rope_dim;
+        int k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
+        if (k < 0) rc = -1;
+        else c->launches += (size_t)k;
+        /* rope + cache write (unless folded), then attention */
         rl_att_args t;
         memset(&t, 0, sizeof t);
         t.q = c->q;
         t.k = c->k;
         t.v = c->v;
-        t.kc = c->kc + l * c->n_ctx * c->kv_dim;
-        t.vc = c->vc + l * c->n_ctx * c->kv_dim;
+        t.kc = kc;
+        t.vc = vc;
         t.q_norm = L->q_norm;
         t.k_norm = L->k_norm;
         t.inv_freq = c->inv_freq;
@@ -243,35 +264,39 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         t.split_max = c->split_max;
         t.neox = cfg->rope_neox;
         t.eps = cfg->norm_eps;
-        rl_rope_kv_launch(&t, c->st);
-        rl_attention_launch(&t, c->st);
-        c->launches += 2;
+        if (!fold) {
+            rl_rope_kv_launch(&t, pdl, c->st);
+            c->launches++;
+        }
+        rl_attention_launch(&t, pdl, c->st);
+        c->launches++;
         /* x += Wo · att */
         mv1(c, &L->wo, NULL, c->x, RL_MV_ADD, c->att, NULL, (int)c->q_dim, &rc);
         /* hb = silu(Wg · rmsnorm(x)) * (Wu · rmsnorm(x)): one launch */
         memset(&a, 0, sizeof a);
-        a.seg[0] = {L->wg, NULL, c->hb};
-        a.seg[1] = {L->wu, NULL, NULL};
+        seg(&a.seg[0], &L->wg, NULL, c->hb, NULL, false);
+        seg(&a.seg[1], &L->wu, NULL, NULL, NULL, false);
         a.nseg = 2;
         a.mode = RL_MV_GLU;
         a.x = c->x;
         a.norm_w = L->ffn_norm;
         a.eps = cfg->norm_eps;
         a.n = D;
-        if (rl_mv_launch(&a, &c->knobs, c->n_sm, c->st)) rc = -1;
-        c->launches++;
+        k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
+        if (k < 0) rc = -1;
+        else c->launches += (size_t)k;
         /* x += Wd · hb */
         mv1(c, &L->wd, NULL, c->x, RL_MV_ADD, c->hb, NULL, F, &rc);
     }
     mv1(c, &c->out, NULL, c->logits, RL_MV_STORE, c->x, c->out_norm, D, &rc);
-    rl_argmax_launch(c->logits, (int)cfg->n_vocab, c->amax, c->st);
+    rl_argmax_launch(c->logits, (int)cfg->n_vocab, c->amax, pdl, c->st);
     c->launches++;
     CK(cudaGetLastError());
     if (rc) return rl_fail(e, "CUDA: a matvec launch failed");
     return 0;
 }
 
-static int capture(rl_cuda *c, rl_err *e) {
+static int capture1(rl_cuda *c, rl_err *e) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
     int rc = enqueue_token(c, e);
@@ -285,6 +310,15 @@ static int capture(rl_cuda *c, rl_err *e) {
     cudaGraphDestroy(g);
     CK(err);
     return 0;
+}
+
+/* With PDL first; if the driver refuses programmatic edges in a graph, again without. */
+static int capture(rl_cuda *c, rl_err *e) {
+    if (!capture1(c, e)) return 0;
+    if (!c->knobs.pdl) return -1;
+    cudaGetLastError();
+    c->knobs.pdl = 0;
+    return capture1(c, e);
 }
 
 /* ---- backend ops ---------------------------------------------------------------------------- */
@@ -397,6 +431,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     CK(cudaGetDeviceProperties(&p, 0));
     CK(cudaSetDevice(0));
     c->n_sm = p.multiProcessorCount;
+    if (p.major < 9) c->knobs.pdl = 0; /* griddepcontrol is sm_90+ */
     c->n_ctx = o->n_ctx ? o->n_ctx : (cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
     c->q_dim = cfg->n_head * cfg->head_dim;
     c->kv_dim = cfg->n_head_kv * cfg->head_dim;
@@ -477,7 +512,8 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     CK(cudaMallocHost((void **)&c->h_amax, sizeof(int32_t)));
     CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
     if (capture(c, e)) return -1;
-    snprintf(name, name_cap, "cuda %.60s, graph of %zu launches/token", p.name, c->launches);
+    snprintf(name, name_cap, "cuda %.60s, graph of %zu launches/token%s", p.name, c->launches,
+             c->knobs.pdl ? ", PDL" : "");
     return 0;
 }
 
@@ -511,6 +547,7 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
     rl_cuda c;
     memset(&c, 0, sizeof c);
     if (read_knobs(&c.knobs, e)) return -1;
+    c.knobs.pdl = 0; /* a lone launch on the legacy stream */
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
     rl_matrix mat = {type, w, rows, cols, row_bytes};
@@ -549,7 +586,7 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
         a.norm_w = norm_w ? dn : NULL;
         a.eps = eps;
         a.n = (int)cols;
-        if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0) ||
+        if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0) < 0 ||
             cudaDeviceSynchronize() || cudaMemcpy(y, dy, out_rows * 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));
     }
@@ -564,7 +601,7 @@ extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_er
     if (cudaMalloc(&dv, n * 4) || cudaMalloc(&dout, 4) || cudaMemcpy(dv, v, n * 4, cudaMemcpyHostToDevice))
         rc = rl_fail(e, "CUDA: argmax test setup failed");
     if (!rc) {
-        rl_argmax_launch(dv, (int)n, dout, 0);
+        rl_argmax_launch(dv, (int)n, dout, false, 0);
         if (cudaDeviceSynchronize() || cudaMemcpy(out, dout, 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: argmax test failed: %s", cudaGetErrorString(cudaGetLastError()));
     }

@@ -9,6 +9,40 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Programmatic dependent launch (Hopper): a kernel launched with the attribute may start while
+ * the previous kernel of the stream is still running. Every kernel here calls rl_pdl_wait()
+ * before it touches memory another kernel writes (only weights and the per-token io may be read
+ * before it), and rl_pdl_trigger() at its start so that the next kernel's blocks can become
+ * resident and prefetch their weights early. Both are no-ops without the attribute and below
+ * sm_90. */
+__device__ __forceinline__ void rl_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void rl_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Launches kernel f with the programmatic-serialization attribute when pdl is set; cudaError_t. */
+template <typename... P, typename... A>
+static inline int rl_launch(void (*f)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                            bool pdl, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = pdl ? 1 : 0;
+    return (int)cudaLaunchKernelEx(&cfg, f, args...);
+}
+
 /* Per-token inputs in device memory: written by one 8-byte copy before each graph launch. */
 struct rl_cuda_io {
     int32_t tok;
@@ -42,13 +76,16 @@ enum rl_mv_mode {
     RL_MV_STORE = 0, /* y[r] = W[r]·x (+ bias) for every segment */
     RL_MV_ADD = 1,   /* y[r] += W[r]·x: residual add in the epilogue */
     RL_MV_GLU = 2,   /* y[r] = silu(W0[r]·x) * (W1[r]·x): gate + up + SwiGLU in one pass */
+    RL_MV_GLU_MUL = 3, /* y[r] = silu(y[r]) * (W[r]·x): the up half when gate and up differ in type */
 };
 
 /* Up to three matrices over the same input in one launch (Q/K/V; gate/up). */
 struct rl_mv_seg {
     rl_dmat w;
     const float *bias; /* [rows] or NULL */
-    float *y;          /* [rows] */
+    float *y;          /* [rows] fp32 output; unused when y16 is set */
+    uint16_t *y16;     /* or: f16 row io->pos of a [n_ctx][rows] cache (the K/V write) */
+    bool rope;         /* rotate row pairs (2i, 2i+1) of every hd-row head (llama RoPE) first */
 };
 
 struct rl_mv_args {
@@ -59,15 +96,24 @@ struct rl_mv_args {
     const float *norm_w; /* [n]: x is RMS-normalised with these weights in the prologue, or NULL */
     float eps;
     int n;
+    /* RoPE in the epilogue (segments with rope set): */
+    const float *inv_freq; /* [rope_dim / 2] */
+    const rl_cuda_io *io;  /* the position (also for y16) */
+    int hd, rope_dim;
 };
 
 /* Tile knobs (rl_cuda_knobs, read once from the environment). */
 struct rl_cuda_knobs {
     int mv_warps;        /* warps per matvec block (RL_CUDA_MV_WARPS, default 8) */
-    int mv_blocks_per_sm;/* matvec grid cap per SM (RL_CUDA_MV_BLOCKS, default 8) */
+    int mv_blocks_per_sm;/* matvec grid cap per SM (RL_CUDA_MV_BLOCKS, default 8; also capped
+                            by the kernel's occupancy, so the grid is one wave) */
     int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 32) */
+    int pdl;             /* programmatic dependent launch (RL_CUDA_PDL, default 0; sm_90 only) */
+    int rope_fold;       /* RoPE + KV write in the QKV epilogue (RL_CUDA_ROPE_FOLD, default 1) */
 };
 
+/* Launches one matvec (or one per segment when their types differ, or gate then up when the
+ * GLU's two types differ). Returns the number of kernels launched, or -1 on a launch error. */
 int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
 /* Dynamic shared memory one matvec block needs for an input of n values. */
 size_t rl_mv_smem(int n);
@@ -95,17 +141,17 @@ struct rl_att_args {
 };
 
 /* q/k norm, RoPE, and the f16 write of k and v at io->pos (one launch). */
-void rl_rope_kv_launch(const rl_att_args *a, cudaStream_t st);
+void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
 /* Split-K flash decode over positions [0, pos]; the last split of each head to finish merges
  * the partials in split order (one launch). */
-void rl_attention_launch(const rl_att_args *a, cudaStream_t st);
+void rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
 
 /* ---- small kernels ----------------------------------------------------------------------- */
 
 /* x = row io->tok of the embedding matrix, dequantised to fp32. */
 void rl_embed_launch(const rl_dmat *emb, const rl_cuda_io *io, float *x, cudaStream_t st);
 /* *out = index of the largest of n values (first one on ties). */
-void rl_argmax_launch(const float *v, int n, int32_t *out, cudaStream_t st);
+void rl_argmax_launch(const float *v, int n, int32_t *out, bool pdl, cudaStream_t st);
 /* One pass of 16-byte streaming loads over n16 * 16 bytes; writes one word per block to sink. */
 void rl_read_stream_launch(const void *buf, size_t n16, uint32_t *sink, int blocks,
                            cudaStream_t st);

@@ -249,36 +249,112 @@ __device__ __forceinline__ float chunk_dot(const uint8_t *w, const uint8_t *s, i
     }
 }
 
-/* R rows (any pointers, same type) against x (shared, padded): R independent weight loads per
- * chunk in flight. Results are complete (butterfly-reduced) sums in every lane. */
-template <int T, int R>
-__device__ void rows_dot_t(const uint8_t *const *w, const uint8_t *const *s, const float *xs,
-                           int nch, int lane, float *acc) {
+/* ---- the matvec kernel (one instantiation per weight type) ------------------------------ */
+
+/* Per type: NV 16-byte loads per 32-value chunk (0: the K-quants, which load inside chunk_dot),
+ * and U chunks per lane loaded before any is used. A warp works on two rows at once, so a lane
+ * has 2 * U * NV loads in flight (Q4_0 8 + 8 scale loads, Q8_0 8, F16/BF16 8, F32 16). */
+template <int T> struct mv_tr {
+    static constexpr int NV = T == RL_Q4_0 ? 1 : T == RL_Q8_0 ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
+    static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0) ? 2 : 1;
+    static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : T == RL_Q8_0 ? 3 : 2;
+};
+
+template <int T> struct raw_chunk {
+    uint4 v[mv_tr<T>::NV > 0 ? mv_tr<T>::NV : 1];
+    uint32_t d; /* fp16 scale bits (Q4_0, Q8_0) */
+};
+
+template <int T>
+__device__ __forceinline__ void ld_chunk(raw_chunk<T> &r, const uint8_t *w, const uint8_t *s, int c) {
+    constexpr int NV = mv_tr<T>::NV;
+    if constexpr (NV > 0) {
+        const uint4 *p = (const uint4 *)(w + (size_t)c * (16 * NV));
 #pragma unroll
-    for (int i = 0; i < R; i++) acc[i] = 0.0f;
-#pragma unroll(R == 1 ? 2 : 1) /* two chunks in flight; R = 2 has two rows in flight already */
-    for (int c = lane; c < nch; c += 32) {
-#pragma unroll
-        for (int i = 0; i < R; i++) acc[i] += chunk_dot<T>(w[i], s[i], c, xs + c * 36);
+        for (int k = 0; k < NV; k++) r.v[k] = __ldg(p + k);
+        if constexpr (T == RL_Q4_0 || T == RL_Q8_0) r.d = __ldg((const unsigned short *)s + c);
     }
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
 }
 
-template <int R>
-__device__ void rows_dot(uint32_t type, const uint8_t *const *w, const uint8_t *const *s,
-                         const float *xs, int nch, int lane, float *acc) {
-    switch (type) {
-    case RL_F32: rows_dot_t<RL_F32, R>(w, s, xs, nch, lane, acc); break;
-    case RL_F16: rows_dot_t<RL_F16, R>(w, s, xs, nch, lane, acc); break;
-    case RL_BF16: rows_dot_t<RL_BF16, R>(w, s, xs, nch, lane, acc); break;
-    case RL_Q4_0: rows_dot_t<RL_Q4_0, R>(w, s, xs, nch, lane, acc); break;
-    case RL_Q8_0: rows_dot_t<RL_Q8_0, R>(w, s, xs, nch, lane, acc); break;
-    case RL_Q4_K: rows_dot_t<RL_Q4_K, R>(w, s, xs, nch, lane, acc); break;
-    case RL_Q5_K: rows_dot_t<RL_Q5_K, R>(w, s, xs, nch, lane, acc); break;
-    default: rows_dot_t<RL_Q6_K, R>(w, s, xs, nch, lane, acc); break;
+__device__ __forceinline__ uint32_t word(const uint4 &v, int k) {
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
+/* acc[i] += chunk c of row i · xc for both rows, in chunk_dot's op order (so the sums are those
+ * of v1); x is read from shared memory once for the two rows. */
+template <int T>
+__device__ __forceinline__ void dot2(const raw_chunk<T> *r, const float *xc, float *acc,
+                                     const uint8_t *const *w, const uint8_t *const *s, int c) {
+    if constexpr (T == RL_Q4_0) {
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+        const float z = 8388616.0f; /* 2^23 + 8 */
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float4 xl = *(const float4 *)(xc + 4 * k), xh = *(const float4 *)(xc + 16 + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t u = word(r[i].v[0], k), lo = u & 0x0F0F0F0Fu, hi = (u >> 4) & 0x0F0F0F0Fu;
+                a0[i] = fmaf(mag(lo, 0) - z, xl.x, a0[i]);
+                a1[i] = fmaf(mag(hi, 0) - z, xh.x, a1[i]);
+                a0[i] = fmaf(mag(lo, 1) - z, xl.y, a0[i]);
+                a1[i] = fmaf(mag(hi, 1) - z, xh.y, a1[i]);
+                a0[i] = fmaf(mag(lo, 2) - z, xl.z, a0[i]);
+                a1[i] = fmaf(mag(hi, 2) - z, xh.z, a1[i]);
+                a0[i] = fmaf(mag(lo, 3) - z, xl.w, a0[i]);
+                a1[i] = fmaf(mag(hi, 3) - z, xh.w, a1[i]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += h2f((uint16_t)r[i].d) * (a0[i] + a1[i]);
+    } else if constexpr (T == RL_Q8_0) {
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+        const float z = 8388736.0f; /* 2^23 + 128 */
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float4 xx = *(const float4 *)(xc + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t v = word(r[i].v[k / 4], k % 4) ^ 0x80808080u; /* int8 q -> q + 128 */
+                a0[i] = fmaf(mag(v, 0) - z, xx.x, a0[i]);
+                a1[i] = fmaf(mag(v, 1) - z, xx.y, a1[i]);
+                a0[i] = fmaf(mag(v, 2) - z, xx.z, a0[i]);
+                a1[i] = fmaf(mag(v, 3) - z, xx.w, a1[i]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += h2f((uint16_t)r[i].d) * (a0[i] + a1[i]);
+    } else if constexpr (mv_tr<T>::NV > 0) { /* F32, F16, BF16: value j of the chunk is v(j) */
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 8; j++) { /* values 4j .. 4j+3 */
+            float4 xx = *(const float4 *)(xc + 4 * j);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float v0, v1, v2, v3;
+                if constexpr (T == RL_F32) {
+                    v0 = __uint_as_float(r[i].v[j].x); v1 = __uint_as_float(r[i].v[j].y);
+                    v2 = __uint_as_float(r[i].v[j].z); v3 = __uint_as_float(r[i].v[j].w);
+                } else {
+                    uint32_t p = word(r[i].v[j / 2], 2 * (j % 2)), q = word(r[i].v[j / 2], 2 * (j % 2) + 1);
+                    if constexpr (T == RL_BF16) {
+                        v0 = __uint_as_float(p << 16); v1 = __uint_as_float(p & 0xffff0000u);
+                        v2 = __uint_as_float(q << 16); v3 = __uint_as_float(q & 0xffff0000u);
+                    } else {
+                        v0 = h2f((uint16_t)(p & 0xffff)); v1 = h2f((uint16_t)(p >> 16));
+                        v2 = h2f((uint16_t)(q & 0xffff)); v3 = h2f((uint16_t)(q >> 16));
+                    }
+                }
+                a0[i] = fmaf(v0, xx.x, a0[i]);
+                a1[i] = fmaf(v1, xx.y, a1[i]);
+                a0[i] = fmaf(v2, xx.z, a0[i]);
+                a1[i] = fmaf(v3, xx.w, a1[i]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += a0[i] + a1[i];
+    } else { /* K-quants: load and dequantise inside chunk_dot */
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += chunk_dot<T>(w[i], s[i], c, xc);
     }
 }
 
@@ -287,26 +363,75 @@ __device__ __forceinline__ const uint8_t *srow(const rl_dmat &m, int r) {
     return m.s ? m.s + (size_t)r * m.s_row : nullptr;
 }
 
-__device__ float row_dot(const rl_dmat &m, int r, const float *xs, int nch, int lane) {
-    const uint8_t *w[1] = {qrow(m, r)}, *s[1] = {srow(m, r)};
-    float acc[1];
-    rows_dot<1>(m.type, w, s, xs, nch, lane, acc);
-    return acc[0];
+/* Work item p of a launch: two rows. GLU: gate row p and up row p. Otherwise rows 2i and 2i+1 of
+ * the segment that item p falls in (the second one absent past an odd row count; it then
+ * re-reads the first row and its result is dropped). */
+struct mv_task {
+    const uint8_t *w[2], *s[2];
+    int seg, ra, rb; /* rb == -1: absent */
+};
+
+__device__ __forceinline__ mv_task mv_resolve(const rl_mv_args &a, int p, bool glu) {
+    mv_task t;
+    if (glu) {
+        t.seg = 0;
+        t.ra = t.rb = p;
+        t.w[0] = qrow(a.seg[0].w, p); t.s[0] = srow(a.seg[0].w, p);
+        t.w[1] = qrow(a.seg[1].w, p); t.s[1] = srow(a.seg[1].w, p);
+        return t;
+    }
+    int si = 0;
+    while (si < a.nseg - 1 && p >= (a.seg[si].w.rows + 1) / 2) p -= (a.seg[si++].w.rows + 1) / 2;
+    const rl_dmat &m = a.seg[si].w;
+    t.seg = si;
+    t.ra = 2 * p;
+    t.rb = 2 * p + 1 < m.rows ? 2 * p + 1 : -1;
+    t.w[0] = qrow(m, t.ra); t.s[0] = srow(m, t.ra);
+    t.w[1] = t.rb >= 0 ? qrow(m, t.rb) : t.w[0];
+    t.s[1] = t.rb >= 0 ? srow(m, t.rb) : t.s[0];
+    return t;
 }
 
-__device__ __forceinline__ void epilogue(const rl_mv_args &a, const rl_mv_seg &sg, int r, float v) {
-    if (sg.bias) v = v + sg.bias[r];
-    if (a.mode == RL_MV_ADD) sg.y[r] = sg.y[r] + v;
+__device__ __forceinline__ void mv_store(const rl_mv_args &a, const rl_mv_seg &sg, int r, float v, int pos) {
+    if (sg.y16) sg.y16[(size_t)pos * sg.w.rows + r] = __half_as_ushort(__float2half_rn(v));
+    else if (a.mode == RL_MV_ADD) sg.y[r] = sg.y[r] + v;
+    else if (a.mode == RL_MV_GLU_MUL) sg.y[r] = sg.y[r] / (1.0f + expf(-sg.y[r])) * v;
     else sg.y[r] = v;
 }
 
-__global__ void matvec_kernel(const rl_mv_args a) {
+/* Blocks of nw warps, grid-stride over work items (the grid is one wave: see rl_mv_launch).
+ * The first item's first loads are issued before the prologue (and, under PDL, before waiting
+ * for the previous kernel), so the weight latency overlaps staging x. Prologue: stage x in
+ * shared memory, RMS-normalised as the CPU does (sum of squares in double, then w * (x * r)),
+ * padded by 4 floats per 32 so a quarter-warp's 16-byte loads hit distinct banks. Lane l takes
+ * chunks l, l + 32, ... of both rows; lane sums meet in a fixed butterfly (no atomics). */
+template <int T, bool GLU>
+__global__ void __launch_bounds__(256, mv_tr<T>::MINB) mv_kernel(const rl_mv_args a) {
+    constexpr int U = mv_tr<T>::U;
     extern __shared__ float xs[];
     __shared__ double red[32];
+    rl_pdl_trigger();
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
-    const int nw = nt >> 5;
-    /* prologue: stage x, RMS-normalised as the CPU does (sum of squares in double, then
-     * out = w * (x * r)) */
+    const int nw = nt >> 5, nch = n / 32, J = (nch + 31) / 32, G = gridDim.x * nw;
+    int items = 0;
+    if (GLU) items = a.seg[0].w.rows;
+    else
+        for (int i = 0; i < a.nseg; i++) items += (a.seg[i].w.rows + 1) / 2;
+    int p = blockIdx.x * nw + warp;
+    raw_chunk<T> rw[U][2];
+    bool pre = p < items;
+    if (pre) {
+        mv_task t = mv_resolve(a, p, GLU);
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            int c = lane + 32 * u;
+            if (c < nch) {
+                ld_chunk<T>(rw[u][0], t.w[0], t.s[0], c);
+                ld_chunk<T>(rw[u][1], t.w[1], t.s[1], c);
+            }
+        }
+    }
+    rl_pdl_wait();
     float r = 1.0f;
     if (a.norm_w) {
         double ss = 0;
@@ -326,49 +451,128 @@ __global__ void matvec_kernel(const rl_mv_args a) {
         xs[XPAD(i)] = a.norm_w ? __fmul_rn(a.norm_w[i], __fmul_rn(a.x[i], r)) : a.x[i];
     __syncthreads();
 
-    const int nch = n / 32;
-    if (a.mode == RL_MV_GLU) { /* row r of gate and row r of up in one pass */
-        const rl_dmat &g = a.seg[0].w, &u = a.seg[1].w;
-        for (int r = blockIdx.x * nw + warp; r < g.rows; r += gridDim.x * nw) {
-            float acc[2];
-            if (g.type == u.type) {
-                const uint8_t *w[2] = {qrow(g, r), qrow(u, r)}, *s[2] = {srow(g, r), srow(u, r)};
-                rows_dot<2>(g.type, w, s, xs, nch, lane, acc);
-            } else {
-                acc[0] = row_dot(g, r, xs, nch, lane);
-                acc[1] = row_dot(u, r, xs, nch, lane);
+    const int pos = a.io ? a.io->pos : 0;
+    for (; p < items; p += G) {
+        mv_task t = mv_resolve(a, p, GLU);
+        float acc[2] = {0.0f, 0.0f};
+        for (int j0 = 0; j0 < J; j0 += U) {
+            if (!pre) {
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    int c = lane + 32 * (j0 + u);
+                    if (c < nch) {
+                        ld_chunk<T>(rw[u][0], t.w[0], t.s[0], c);
+                        ld_chunk<T>(rw[u][1], t.w[1], t.s[1], c);
+                    }
+                }
             }
-            if (lane == 0) a.seg[0].y[r] = acc[0] / (1.0f + expf(-acc[0])) * acc[1];
+            pre = false;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                int c = lane + 32 * (j0 + u);
+                if (c < nch) dot2<T>(rw[u], xs + c * 36, acc, t.w, t.s, c);
+            }
         }
-        return;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+        if (lane != 0) continue;
+        if (GLU) {
+            a.seg[0].y[p] = acc[0] / (1.0f + expf(-acc[0])) * acc[1];
+            continue;
+        }
+        const rl_mv_seg &sg = a.seg[t.seg];
+        float va = acc[0], vb = acc[1];
+        if (sg.bias) {
+            va = va + sg.bias[t.ra];
+            if (t.rb >= 0) vb = vb + sg.bias[t.rb];
+        }
+        if (sg.rope && t.ra % a.hd < a.rope_dim) { /* the rope_kv kernel's op order (lesson 6) */
+            int d = t.ra % a.hd;
+            float th = __fmul_rn((float)pos, a.inv_freq[d / 2]);
+            float cs = cosf(th), sn = sinf(th);
+            float m0 = __fmul_rn(va, cs), m1 = __fmul_rn(vb, sn), m2 = __fmul_rn(va, sn),
+                  m3 = __fmul_rn(vb, cs);
+            va = __fsub_rn(m0, m1);
+            vb = __fadd_rn(m2, m3);
+        }
+        mv_store(a, sg, t.ra, va, pos);
+        if (t.rb >= 0) mv_store(a, sg, t.rb, vb, pos);
     }
-    int total = 0;
-    for (int i = 0; i < a.nseg; i++) total += a.seg[i].w.rows;
-    for (int row = blockIdx.x * nw + warp; row < total; row += gridDim.x * nw) {
-        int si = 0, r = row;
-        while (r >= a.seg[si].w.rows) r -= a.seg[si++].w.rows;
-        float v = row_dot(a.seg[si].w, r, xs, nch, lane);
-        if (lane == 0) epilogue(a, a.seg[si], r, v);
+}
+
+typedef void (*mv_fn)(const rl_mv_args);
+
+static mv_fn mv_kernel_for(uint32_t type, bool glu) {
+    switch (type) {
+    case RL_F32: return glu ? mv_kernel<RL_F32, true> : mv_kernel<RL_F32, false>;
+    case RL_F16: return glu ? mv_kernel<RL_F16, true> : mv_kernel<RL_F16, false>;
+    case RL_BF16: return glu ? mv_kernel<RL_BF16, true> : mv_kernel<RL_BF16, false>;
+    case RL_Q4_0: return glu ? mv_kernel<RL_Q4_0, true> : mv_kernel<RL_Q4_0, false>;
+    case RL_Q8_0: return glu ? mv_kernel<RL_Q8_0, true> : mv_kernel<RL_Q8_0, false>;
+    case RL_Q4_K: return glu ? mv_kernel<RL_Q4_K, true> : mv_kernel<RL_Q4_K, false>;
+    case RL_Q5_K: return glu ? mv_kernel<RL_Q5_K, true> : mv_kernel<RL_Q5_K, false>;
+    default: return glu ? mv_kernel<RL_Q6_K, true> : mv_kernel<RL_Q6_K, false>;
     }
 }
 
 size_t rl_mv_smem(int n) { return (size_t)XPAD(n) * sizeof(float) + 16; }
 
 int rl_mv_prepare(int max_n) {
-    return (int)cudaFuncSetAttribute(matvec_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)rl_mv_smem(max_n));
+    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_K, RL_Q5_K, RL_Q6_K};
+    for (uint32_t t : types)
+        for (int g = 0; g < 2; g++) {
+            cudaError_t err = cudaFuncSetAttribute(mv_kernel_for(t, g), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)rl_mv_smem(max_n));
+            if (err != cudaSuccess) return (int)err;
+        }
+    return 0;
+}
+
+/* One launch of a uniform-type argument set. Grid: enough blocks for one item per warp, capped
+ * at what is resident at once (occupancy, and the knob), so there is no second wave: warps
+ * that get several items loop. */
+static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
+    bool glu = a->mode == RL_MV_GLU;
+    int items = 0;
+    if (glu) items = a->seg[0].w.rows;
+    else
+        for (int i = 0; i < a->nseg; i++) items += (a->seg[i].w.rows + 1) / 2;
+    mv_fn f = mv_kernel_for(a->seg[0].w.type, glu);
+    int warps = k->mv_warps, blocks = (items + warps - 1) / warps, occ = 0;
+    size_t smem = rl_mv_smem(a->n);
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, warps * 32, smem) != cudaSuccess || occ < 1)
+        occ = 1;
+    if (occ > k->mv_blocks_per_sm) occ = k->mv_blocks_per_sm;
+    if (blocks > occ * n_sm) blocks = occ * n_sm;
+    if (blocks < 1) blocks = 1;
+    return rl_launch(f, dim3(blocks), dim3(warps * 32), smem, st, k->pdl != 0, *a) ? -1 : 1;
 }
 
 int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
-    int groups = 0;
-    if (a->mode == RL_MV_GLU) groups = a->seg[0].w.rows;
-    else
-        for (int i = 0; i < a->nseg; i++) groups += a->seg[i].w.rows;
-    int warps = k->mv_warps, blocks = (groups + warps - 1) / warps;
-    int cap = k->mv_blocks_per_sm * n_sm;
-    if (blocks > cap) blocks = cap;
-    matvec_kernel<<<blocks, warps * 32, rl_mv_smem(a->n), st>>>(*a);
-    return (int)cudaGetLastError();
+    bool same = true;
+    for (int i = 1; i < a->nseg; i++) same = same && a->seg[i].w.type == a->seg[0].w.type;
+    if (same) return mv_launch1(a, k, n_sm, st);
+    int n = 0;
+    if (a->mode == RL_MV_GLU) { /* gate to y, then y = silu(y) * up */
+        rl_mv_args g = *a;
+        g.nseg = 1;
+        g.mode = RL_MV_STORE;
+        rl_mv_args u = g;
+        u.seg[0].w = a->seg[1].w;
+        u.mode = RL_MV_GLU_MUL;
+        if (mv_launch1(&g, k, n_sm, st) < 0 || mv_launch1(&u, k, n_sm, st) < 0) return -1;
+        return 2;
+    }
+    for (int i = 0; i < a->nseg; i++) { /* one launch per segment */
+        rl_mv_args s1 = *a;
+        s1.seg[0] = a->seg[i];
+        s1.nseg = 1;
+        if (mv_launch1(&s1, k, n_sm, st) < 0) return -1;
+        n++;
+    }
+    return n;
 }
 
 /* ---- embedding ---------------------------------------------------------------------------- */
@@ -385,6 +589,8 @@ __device__ void embed_t(const rl_dmat &m, int tok, float *x) {
 }
 
 __global__ void embed_kernel(const rl_dmat m, const rl_cuda_io *io, float *x) {
+    rl_pdl_trigger();
+    rl_pdl_wait();
     int tok = io->tok;
     switch (m.type) {
     case RL_F32: embed_t<RL_F32>(m, tok, x); break;

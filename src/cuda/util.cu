@@ -11,6 +11,8 @@
 __global__ void argmax_kernel(const float *v, int n, int32_t *out) {
     __shared__ float bv[ARGMAX_THREADS];
     __shared__ int bi[ARGMAX_THREADS];
+    rl_pdl_trigger();
+    rl_pdl_wait();
     int t = threadIdx.x;
     float best = -INFINITY;
     int idx = n; /* sentinel: loses every tie */
@@ -43,8 +45,8 @@ __global__ void argmax_kernel(const float *v, int n, int32_t *out) {
     if (t == 0) *out = bi[0] < n ? bi[0] : 0;
 }
 
-void rl_argmax_launch(const float *v, int n, int32_t *out, cudaStream_t st) {
-    argmax_kernel<<<1, ARGMAX_THREADS, 0, st>>>(v, n, out);
+void rl_argmax_launch(const float *v, int n, int32_t *out, bool pdl, cudaStream_t st) {
+    rl_launch(argmax_kernel, dim3(1), dim3(ARGMAX_THREADS), 0, st, pdl, v, n, out);
 }
 
 /* Streaming (evict-first) 16-byte loads, four in flight per thread per step; the XOR of what

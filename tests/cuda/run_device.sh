@@ -2,7 +2,7 @@
 # Runs on the GPU machine (tests/cuda/README in docs/CUDA.md): kernel tests, GPU-vs-CPU logits on
 # the shipped models and on random models of real shapes, greedy sequences, run-to-run bits,
 # compute-sanitizer, then tg128 speeds. Prints a short table last; logs go to $OUT (or /tmp).
-#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r s b b7")
+#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r s b d b7 a t p")
 set -u
 B=${1:-build-cuda}
 STAGES=${2:-"k e r s b"}
@@ -140,11 +140,47 @@ if has t; then # tile knobs: warps per matvec block x blocks per SM
         done; done
     done
 fi
-if has p; then
-    command -v ncu >/dev/null && ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
-        "$R" bench --device cuda -m "$M/tinyllama-1.1b-Q4_0.gguf" -p 0 -n 8 -r 1 --no-ceiling >"$OUT/ncu-q4_0.txt" 2>&1
-    command -v ncu >/dev/null && ncu --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
-        "$R" bench --device cuda -m "$M/tinyllama-1.1b-F16.gguf" -p 0 -n 8 -r 1 --no-ceiling >"$OUT/ncu-f16.txt" 2>&1
+if has a; then # A/B of the v2 switches on TinyLlama Q4_0 (tg128 x3, no ceiling pass)
+    for kv in "RL_CUDA_PDL=0" "RL_CUDA_PDL=1" "RL_CUDA_PDL=1 RL_CUDA_MV_BLOCKS=2" "RL_CUDA_ROPE_FOLD=0" "RL_CUDA_MV_WARPS=4" "RL_CUDA_MV_BLOCKS=2" "RL_CUDA_MV_BLOCKS=3"; do
+        env $kv "$R" bench --device cuda -m "$M/tinyllama-1.1b-Q4_0.gguf" -p 0 -n 128 -r 3 --no-ceiling --json 2>>"$LOG" |
+            python3 -c "import sys,json; j=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(f'| tinyllama-1.1b Q4_0 | A/B $kv | {j[\"tg_tps\"]:.1f} tok/s (sd {j[\"tg_sd\"]:.1f}) | {j[\"backend\"]} |')" >>"$SUMMARY" 2>>"$LOG"
+    done
+fi
+if has p; then # ncu: every launch of 6 tokens (positions 0-5) of TinyLlama Q4_0, grouped by kernel and grid
+    if command -v ncu >/dev/null; then
+        ncu --clock-control none --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
+            "$R" bench --device cuda -m "$M/tinyllama-1.1b-Q4_0.gguf" -p 0 -n 4 -r 1 --no-ceiling >"$OUT/ncu-q4_0.csv" 2>>"$LOG"
+        python3 - "$OUT/ncu-q4_0.csv" >"$OUT/ncu-summary.txt" 2>>"$LOG" <<'EOF3'
+import sys, csv, io, collections, statistics
+txt = open(sys.argv[1]).read()
+rows = list(csv.DictReader(io.StringIO(txt[txt.index('"ID"'):])))
+per = collections.defaultdict(dict)
+for r in rows:
+    v = float(r["Metric Value"].replace(",", "")) if r["Metric Value"] not in ("", "n/a") else 0.0
+    unit = r["Metric Unit"]
+    if unit in ("nsecond", "ns"): v /= 1000.0
+    elif unit in ("usecond", "us"): pass
+    elif unit in ("msecond", "ms"): v *= 1000.0
+    if unit == "Kbyte": v *= 1e3
+    if unit == "Mbyte": v *= 1e6
+    if unit == "Gbyte": v *= 1e9
+    per[r["ID"]][r["Metric Name"]] = v
+    per[r["ID"]]["name"] = r["Kernel Name"].split("(")[0]
+g = collections.defaultdict(list)
+for k, d in per.items():
+    g[(d["name"], int(d.get("launch__grid_size", 0)))].append(d)
+tot = 0.0
+print("| kernel | grid | launches | median us | MB read | GB/s |")
+print("| --- | ---: | ---: | ---: | ---: | ---: |")
+for (n, gs), L in sorted(g.items(), key=lambda kv: -sum(x["gpu__time_duration.sum"] for x in kv[1])):
+    t = statistics.median(x["gpu__time_duration.sum"] for x in L)
+    b = statistics.median(x.get("dram__bytes_read.sum", 0) for x in L)
+    tot += sum(x["gpu__time_duration.sum"] for x in L)
+    print(f"| {n} | {gs} | {len(L)} | {t:.2f} | {b/1e6:.2f} | {b/1e3/t if t else 0:.0f} |")
+print(f"total {tot:.0f} us over {len(per)} launches")
+EOF3
+        tail -3 "$OUT/ncu-summary.txt" | tee -a "$LOG"
+    fi
 fi
 if has b7; then
     f="$M/llama2-7b-Q4_0.gguf"

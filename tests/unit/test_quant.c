@@ -163,6 +163,29 @@ static void test_f16(void) {
     CHECK(bad_bf == 0, "%d bf16 values did not round trip", bad_bf);
 }
 
+#if defined(__aarch64__)
+/* arm64: the scalar fp16 conversions against the hardware's (fcvt), as F16C is used above. */
+static void test_f16_arm64(void) {
+    int bad_hw = 0, bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint16_t hb = (uint16_t)h;
+        __fp16 hv;
+        memcpy(&hv, &hb, 2);
+        float hw = (float)hv, f = rl_f16_to_f32(hb);
+        if (memcmp(&hw, &f, 4) != 0 && !(isnan(hw) && isnan(f))) bad_hw++;
+    }
+    CHECK(bad_hw == 0, "%d halves differ from the arm64 fcvt", bad_hw);
+    for (int i = 0; i < 2000000; i++) {
+        float f = bits_f(rnd() << 16 ^ rnd());
+        __fp16 hv = (__fp16)f;
+        uint16_t hw, sw = rl_f32_to_f16(f);
+        memcpy(&hw, &hv, 2);
+        if (isnan(f) ? (sw & 0x7c00) != 0x7c00 || !(sw & 0x3ff) : sw != hw) bad++;
+    }
+    CHECK(bad == 0, "%d random floats differ from the arm64 fcvt", bad);
+}
+#endif
+
 /* ---- quantize / dequantize round trips ---------------------------------------------------- */
 
 static void test_roundtrip(void) {
@@ -404,6 +427,55 @@ static void test_packed(void) {
     CHECK(!rl_pack_supported(RL_Q4_K, 8, 256), "Q4_K has no packed form");
 }
 
+/* ---- integer extremes ---------------------------------------------------------------------- */
+
+/* Largest integer products the fast path can meet: Q8_0 weights all -128 (Q4_0 nibbles all 0,
+ * i.e. -8) against activations quantized to -127, row-major and packed. Catches an integer dot
+ * whose intermediate sums overflow (e.g. int16 sums of more than two int8 products). */
+static void test_int_extremes(void) {
+    const uint32_t types[] = {RL_Q8_0, RL_Q4_0};
+    enum { ROWS = 16, N = 512, S = 5 };
+    for (size_t t = 0; t < 2; t++) {
+        uint32_t type = types[t];
+        size_t rb = rl_row_bytes(type, N), bs = rl_type_get(type)->size;
+        uint8_t *w = malloc(rb * ROWS), *wp = malloc(rb * ROWS);
+        static float x[N * S], y[ROWS * S], yr[ROWS * S];
+        static rl_q8a xq[N / RL_QK * S];
+        memset(w, type == RL_Q8_0 ? 0x80 : 0x00, rb * ROWS);
+        for (size_t b = 0; b < rb * ROWS / bs; b++) put_f16(w + b * bs, 0.01f);
+        for (size_t i = 0; i < N * S; i++) x[i] = -1.0f;
+        for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * N, xq + s * (N / RL_QK), N);
+        CHECK(xq[0].qs[0] == -127, "activation -1 quantized to %d", xq[0].qs[0]);
+        rl_pack_rows(type, w, rb, ROWS, N, wp);
+        for (int packed = 0; packed < 2; packed++) {
+            for (size_t Sc = 1; Sc <= S; Sc += S - 1) {
+                rl_mm m = {.type = type, .w = packed ? wp : w, .row_bytes = rb, .n = N, .S = Sc, .x = x,
+                           .xq = xq, .y = y, .ys = ROWS, .packed = packed};
+                rl_mm_rows(&m, 0, ROWS);
+                m.y = yr;
+                rl_mm_rows_ref(&m, 0, ROWS);
+                int bad = 0;
+                for (size_t i = 0; i < ROWS * Sc; i++) bad += fabsf(y[i] - yr[i]) > 1e-5f * fabsf(yr[i]);
+                CHECK(bad == 0 && yr[0] > 0, "%s extremes packed=%d S=%zu: %d results differ (%g vs %g)",
+                      rl_type_name(type), packed, Sc, bad, y[0], yr[0]);
+            }
+        }
+        free(w);
+        free(wp);
+    }
+}
+
+/* A build whose compiler targets SIMD must not silently run the scalar fallback. */
+static void test_simd_selected(void) {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    CHECK(strcmp(rl_simd_name(), "avx2") == 0, "AVX2 build runs %s kernels", rl_simd_name());
+#elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
+    CHECK(strcmp(rl_simd_name(), "neon-dotprod") == 0, "dotprod build runs %s kernels", rl_simd_name());
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+    CHECK(strcmp(rl_simd_name(), "neon") == 0, "NEON build runs %s kernels", rl_simd_name());
+#endif
+}
+
 /* ---- tool mode for the Python oracle ------------------------------------------------------- */
 
 static uint32_t type_by_name(const char *name) {
@@ -473,8 +545,13 @@ static int tool(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc > 1) return tool(argc, argv);
     test_f16();
+#if defined(__aarch64__)
+    test_f16_arm64();
+#endif
     test_roundtrip();
     test_kernels();
     test_packed();
+    test_int_extremes();
+    test_simd_selected();
     return check_report("test_quant");
 }
