@@ -1,9 +1,11 @@
-/* Attention for one decode token: q/k norm + RoPE + KV-cache write (one launch), then split-K
- * flash decode over the cache (one launch); the splits are merged in the Wo matvec's prologue.
+/* Attention for one decode token: q/k norm + RoPE + KV-cache write (one launch; only for
+ * qk-norm or neox models, otherwise it is folded into the QKV matvec's epilogue), then split-K
+ * flash decode over the cache (one launch).
  *
- * Flash decode: block (head h, split s) covers positions [s*split, (s+1)*split) of [0, pos]
- * and writes the unnormalised partial (max m, sum l, o[hd]); the merge combines the active
- * splits in split order. No atomics anywhere: the same input gives the same bits. */
+ * Flash decode: block (head h, split s) covers positions [s*S, (s+1)*S) of [0, pos] and writes
+ * the unnormalised partial (max m, sum l, o[hd]); the last block of a head to finish (an atomic
+ * ticket, not an atomic sum) merges the active splits in split order. A single active split
+ * writes o / l directly. The same input gives the same bits. */
 #include <cuda_fp16.h>
 #include <math.h>
 

@@ -1,19 +1,16 @@
 /* Fused dequant-matvec for every weight type of the CPU backend, plus the embedding lookup
  * (which uses the same dequantisers).
  *
- * Design: a block of W warps stages the input in shared memory (RMS-normalised in the prologue
- * when the matvec follows a norm: every block recomputes the scale, so no separate norm
- * launch). Each warp then owns output rows (grid-stride); its lanes stride over the row's
- * 32-element chunks (lane l: chunks l, l+32, ..., two in flight), so a warp's weight loads of
- * one step are contiguous 16-byte loads. Per chunk a lane dots its 32 input values (16-byte
- * shared loads) with the chunk (chunk_dot: one function per type;
- * Q4_0/Q8_0 with a byte-permute int->float, the other types via deq32 in rl_dequant_row's op
- * order). The shared copy is padded by 4 floats after every 32 values so a quarter-warp's
- * 16-byte loads hit distinct banks. Lane sums are combined by a fixed butterfly:
- * deterministic, no atomics. Epilogues: bias, residual add, and SwiGLU (gate row r and up row
- * r in one pass: one read of x, both rows' loads in flight).
- * Measured (docs/PERF.md): 4 rows per warp sharing the x registers was slower (fewer warps,
- * fewer loads in flight on 1B-sized matrices), so a warp owns one row (two for the GLU). */
+ * Design (v2): one kernel instantiation per weight type (v1 had one kernel for all eight
+ * types at 116 registers, so 16 warps/SM; Q4_0/F16/BF16 now fit 64 registers, 32 warps/SM).
+ * A warp works on two rows at once (gate r and up r for the GLU, rows 2i and 2i+1 otherwise,
+ * which are also llama RoPE pairs); its lanes stride over the 32-element chunks, loading U
+ * chunks of both rows before using any. The first loads are issued before the prologue that
+ * stages x in shared memory (RMS-normalised: every block recomputes the scale), so the weight
+ * latency overlaps it. The grid is capped at what is resident at once (no second wave).
+ * Lane sums meet in a fixed butterfly: deterministic, no atomics; per-lane chunk order and the
+ * per-chunk op order are v1's, so the results are bit-identical to v1. Epilogues: bias,
+ * residual add, SwiGLU, and for Q/K/V: RoPE + the f16 K/V cache write. */
 #include <cuda_fp16.h>
 
 #include "kernels.h"
