@@ -7,6 +7,7 @@
 #   make fuzz            libFuzzer targets in build-fuzz/ (clang); `make fuzz-short` runs each briefly
 #   make ARCH=           portable build: no -march (scalar + baseline SIMD only)
 #   make test-arm64      NEON kernels: test_quant cross-built for arm64, run under qemu-aarch64
+#   make test-avx512     AVX-512 kernels: test_quant built for x86-64-v4 (+VNNI), run where supported
 
 CC      ?= cc
 BUILD   ?= build
@@ -118,6 +119,28 @@ test-arm64:
 	  echo "== test_quant -march=$$a under $(ARM64_QEMU)"; \
 	  if $(ARM64_CC) -std=c11 $(OPT) -g -march=$$a $(WARN) -D_GNU_SOURCE -static -Isrc -Itests/unit \
 	       $(ARM64_SRC) -o $$bin -lm && $(ARM64_QEMU) $$bin; then p=$$((p + 1)); else f=$$((f + 1)); fi; \
+	done; echo "$$p passed, $$f failed"; [ $$f -eq 0 ]
+
+# AVX-512 kernels (src/mm_avx512.c): test_quant for x86-64-v4 with and without VNNI, static, run
+# only where /proc/cpuinfo lists the instructions (this CI machine has none: not in make check).
+AVX512_SRC := $(ARM64_SRC) src/mm_avx512.c
+.PHONY: test-avx512
+test-avx512:
+	@mkdir -p $(BUILD)/avx512; \
+	for v in "test_quant:" "test_quant_vnni:-mavx512vnni"; do \
+	  echo "== build $(BUILD)/avx512/$${v%%:*} (-march=x86-64-v4 $${v#*:})"; \
+	  $(CC) -std=c11 -O2 -g -march=x86-64-v4 $${v#*:} $(WARN) -D_GNU_SOURCE -static -Isrc -Itests/unit \
+	    $(AVX512_SRC) -o $(BUILD)/avx512/$${v%%:*} -lm || { echo "0 passed, 1 failed"; exit 1; }; \
+	done; \
+	flags=" $$(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "; \
+	for f in avx512f avx512bw avx512vl; do \
+	  case "$$flags" in *" $$f "*) ;; *) echo "SKIPPED: this CPU lacks AVX-512 ($$f)"; exit 0;; esac; \
+	done; p=0; f=0; \
+	for b in test_quant test_quant_vnni; do \
+	  if [ $$b = test_quant_vnni ]; then case "$$flags" in *" avx512_vnni "*) ;; \
+	    *) echo "== $$b SKIPPED: this CPU lacks AVX512-VNNI"; continue;; esac; fi; \
+	  echo "== run $(BUILD)/avx512/$$b"; \
+	  if $(BUILD)/avx512/$$b; then p=$$((p + 1)); else f=$$((f + 1)); fi; \
 	done; echo "$$p passed, $$f failed"; [ $$f -eq 0 ]
 
 FUZZ_CC    ?= clang

@@ -11,6 +11,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 
 /* Parses a non-negative integer option value; prints an error naming opt and returns -1 when
  * text is not a whole number in [min, max]. */

@@ -11,6 +11,7 @@
 #include "gguf.h"
 #include "pool.h"
 #include "quant.h"
+#include "recipe.h"
 #include "types.h"
 
 typedef struct shape {
@@ -29,26 +30,6 @@ static const shape k_shapes[] = {
     {"qwen3-0.6b", "qwen3", 1024, 28, 16, 8, 3072, 151936, 40960, 128, 1e6f, 1e-6f, true, 0},
     {"qwen3-8b", "qwen3", 4096, 36, 32, 8, 12288, 151936, 40960, 128, 1e6f, 1e-6f, false, 0},
 };
-
-/* File types: a plain tensor type, or a llama.cpp-style mix (_M recipes). */
-typedef struct ftype {
-    const char *name;
-    uint32_t base;
-    bool mix_m;    /* Q*_K_M: attn_v/ffn_down of some layers and output in Q6_K */
-    uint32_t file_type; /* general.file_type value */
-} ftype;
-
-static const ftype k_ftypes[] = {
-    {"F32", RL_F32, false, 0},    {"F16", RL_F16, false, 1},    {"BF16", RL_BF16, false, 32},
-    {"Q8_0", RL_Q8_0, false, 7},  {"Q4_0", RL_Q4_0, false, 2},  {"Q4_K", RL_Q4_K, false, 15},
-    {"Q5_K", RL_Q5_K, false, 17}, {"Q6_K", RL_Q6_K, false, 18}, {"Q4_K_M", RL_Q4_K, true, 15},
-    {"Q5_K_M", RL_Q5_K, true, 17},
-};
-
-/* llama.cpp gives more bits to the first and last eighth of layers and every third between. */
-static bool more_bits(size_t i, size_t n) {
-    return i < n / 8 || i >= 7 * n / 8 || (i >= n / 8 && (i - n / 8) % 3 == 2);
-}
 
 typedef struct tdesc {
     char name[64];
@@ -106,7 +87,7 @@ static void usage(FILE *out) {
         "  --shape  one of:");
     for (size_t i = 0; i < sizeof k_shapes / sizeof *k_shapes; i++) fprintf(out, " %s", k_shapes[i].name);
     fprintf(out, "\n  --type   one of:");
-    for (size_t i = 0; i < sizeof k_ftypes / sizeof *k_ftypes; i++) fprintf(out, " %s", k_ftypes[i].name);
+    for (size_t i = 0; rl_ftype_at(i); i++) fprintf(out, " %s", rl_ftype_at(i)->name);
     fprintf(out, "\n  --vocab  GGUF whose tokenizer.* keys are copied (default "
                  "../shared/testdata/tokenizers/ggml-vocab-llama-spm.gguf); padded to the shape's "
                  "vocabulary\n");
@@ -199,11 +180,9 @@ int cmd_mkmodel(int argc, char **argv) {
         return 2;
     }
     const shape *sh = NULL;
-    const ftype *ft = NULL;
+    const rl_ftype *ft = rl_ftype_find(type_name);
     for (size_t i = 0; i < sizeof k_shapes / sizeof *k_shapes; i++)
         if (!strcmp(k_shapes[i].name, shape_name)) sh = &k_shapes[i];
-    for (size_t i = 0; i < sizeof k_ftypes / sizeof *k_ftypes; i++)
-        if (!strcasecmp(k_ftypes[i].name, type_name)) ft = &k_ftypes[i];
     if (!sh || !ft) {
         fprintf(stderr, "rawloop mkmodel: unknown %s '%s'\n", sh ? "type" : "shape",
                 sh ? type_name : shape_name);
@@ -227,32 +206,33 @@ int cmd_mkmodel(int argc, char **argv) {
     int rc = 1;
     if (!td) goto oom;
     size_t k = 0, qd = sh->n_head * sh->head_dim, kvd = sh->n_head_kv * sh->head_dim;
-    uint32_t big = ft->base, out_type = ft->mix_m ? RL_Q6_K : ft->base;
-#define T2(nm, ty, cols, rows) do { snprintf(td[k].name, 64, "%s", nm); td[k].type = (ty); \
-        td[k].n_dims = 2; td[k].ne[0] = (cols); td[k].ne[1] = (rows); k++; } while (0)
+    /* types come from the recipe shared with `rawloop quantize` (src/recipe.h) */
+    rl_recipe_ctx rc_ctx = {ft, sh->n_layer, !sh->tied, false};
+#define T2(nm, cols, rows) do { snprintf(td[k].name, 64, "%s", nm); td[k].n_dims = 2; \
+        td[k].ne[0] = (cols); td[k].ne[1] = (rows); \
+        td[k].type = rl_recipe_type(&rc_ctx, td[k].name, 2, td[k].ne); k++; } while (0)
 #define T1(nm, cols, knd) do { snprintf(td[k].name, 64, "%s", nm); td[k].type = RL_F32; \
         td[k].n_dims = 1; td[k].ne[0] = (cols); td[k].ne[1] = 1; td[k].kind = (knd); k++; } while (0)
-    T2("token_embd.weight", big, sh->n_embd, sh->n_vocab);
+    T2("token_embd.weight", sh->n_embd, sh->n_vocab);
     T1("output_norm.weight", sh->n_embd, 1);
-    if (!sh->tied) T2("output.weight", out_type, sh->n_embd, sh->n_vocab);
+    if (!sh->tied) T2("output.weight", sh->n_embd, sh->n_vocab);
     if (sh->llama3_factor > 0) T1("rope_freqs.weight", sh->head_dim / 2, 2);
     char nm[64];
     for (size_t l = 0; l < sh->n_layer; l++) {
-        uint32_t mb = ft->mix_m && more_bits(l, sh->n_layer) ? RL_Q6_K : big;
 #define N(s) (snprintf(nm, sizeof nm, "blk.%zu." s, l), nm)
         T1(N("attn_norm.weight"), sh->n_embd, 1);
-        T2(N("attn_q.weight"), big, sh->n_embd, qd);
-        T2(N("attn_k.weight"), big, sh->n_embd, kvd);
-        T2(N("attn_v.weight"), mb, sh->n_embd, kvd);
-        T2(N("attn_output.weight"), big, qd, sh->n_embd);
+        T2(N("attn_q.weight"), sh->n_embd, qd);
+        T2(N("attn_k.weight"), sh->n_embd, kvd);
+        T2(N("attn_v.weight"), sh->n_embd, kvd);
+        T2(N("attn_output.weight"), qd, sh->n_embd);
         if (!strcmp(sh->arch, "qwen3")) {
             T1(N("attn_q_norm.weight"), sh->head_dim, 1);
             T1(N("attn_k_norm.weight"), sh->head_dim, 1);
         }
         T1(N("ffn_norm.weight"), sh->n_embd, 1);
-        T2(N("ffn_gate.weight"), big, sh->n_embd, sh->n_ff);
-        T2(N("ffn_up.weight"), big, sh->n_embd, sh->n_ff);
-        T2(N("ffn_down.weight"), mb, sh->n_ff, sh->n_embd);
+        T2(N("ffn_gate.weight"), sh->n_embd, sh->n_ff);
+        T2(N("ffn_up.weight"), sh->n_embd, sh->n_ff);
+        T2(N("ffn_down.weight"), sh->n_ff, sh->n_embd);
 #undef N
     }
     n_t = k;

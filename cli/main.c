@@ -21,6 +21,7 @@ static const struct {
     {"mkmodel", cmd_mkmodel, "write a random-weight GGUF of a real model's shapes"},
     {"info", cmd_info, "validate a GGUF file and print its metadata and tensors"},
     {"logits", cmd_logits, "write the logits of a token sequence (for tests)"},
+    {"quantize", cmd_quantize, "rewrite an F32/F16/BF16 GGUF in Q8_0, Q4_0, Q4_K_M, ... types"},
 };
 
 static void usage(FILE *out) {

@@ -1,5 +1,6 @@
 /* Matmul kernels: the best SIMD level of the build (compile-time: -march picks it), with the
- * scalar reference from quant.c as the fallback. AVX2 lives here, NEON (arm64) in mm_neon.c.
+ * scalar reference from quant.c as the fallback. AVX2 lives here, AVX-512 in mm_avx512.c (taken
+ * ahead of AVX2 when the build targets it), NEON (arm64) in mm_neon.c.
  *
  * AVX2 layout of the work:
  *  - fast path, Q8_0 / Q4_0: register tiles of R weight rows x C activation columns; every
@@ -12,11 +13,12 @@
  *    256-value chunk at a time into L1, then dotted against each column with the x loads shared
  *    by the 4 rows. Partial sums go straight into y, so no per-call buffer scales with S. */
 #include "quant.h"
+#include "mm_avx512.h"
 #include "mm_neon.h"
 
 #include <string.h>
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(RL_MM_AVX512)
 #define RL_MM_AVX2 1
 #include <immintrin.h>
 #endif
@@ -661,7 +663,9 @@ static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
 /* ---- public entry points ------------------------------------------------------------------ */
 
 void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
-#ifdef RL_MM_AVX2
+#ifdef RL_MM_AVX512
+    rl_avx512_mm_rows(m, r0, r1);
+#elif defined(RL_MM_AVX2)
     mm_rows_avx2(m, r0, r1);
 #elif defined(RL_MM_NEON)
     rl_neon_mm_rows(m, r0, r1);
@@ -676,7 +680,11 @@ size_t rl_mm_row_tile(uint32_t type) {
 }
 
 const char *rl_simd_name(void) {
-#ifdef RL_MM_AVX2
+#if defined(RL_MM_AVX512) && defined(__AVX512VNNI__)
+    return "avx512-vnni";
+#elif defined(RL_MM_AVX512)
+    return "avx512";
+#elif defined(RL_MM_AVX2)
     return "avx2";
 #elif defined(RL_MM_NEON) && defined(__ARM_FEATURE_DOTPROD)
     return "neon-dotprod";
@@ -688,7 +696,9 @@ const char *rl_simd_name(void) {
 }
 
 void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
-#ifdef RL_MM_AVX2
+#ifdef RL_MM_AVX512
+    rl_avx512_q8a_quant_row(x, dst, n);
+#elif defined(RL_MM_AVX2)
     q8a_quant_row(x, dst, n);
 #elif defined(RL_MM_NEON)
     rl_neon_q8a_quant_row(x, dst, n);
@@ -698,7 +708,9 @@ void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
 }
 
 void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
-#ifdef RL_MM_AVX2
+#ifdef RL_MM_AVX512
+    rl_avx512_f16_to_f32_row(src, dst, n);
+#elif defined(RL_MM_AVX2)
     f16_to_f32_row(src, dst, n);
 #elif defined(RL_MM_NEON)
     rl_neon_f16_to_f32_row(src, dst, n);
@@ -708,7 +720,9 @@ void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
 }
 
 void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
-#ifdef RL_MM_AVX2
+#ifdef RL_MM_AVX512
+    rl_avx512_f32_to_f16_row(src, dst, n);
+#elif defined(RL_MM_AVX2)
     f32_to_f16_row(src, dst, n);
 #elif defined(RL_MM_NEON)
     rl_neon_f32_to_f16_row(src, dst, n);

@@ -408,6 +408,13 @@ void rl_q8a_quant_row_ref(const float *x, rl_q8a *dst, size_t n) {
 
 /* Fast-path reference: per weight block, an integer dot against the activation's int8 values,
  * then the scales. Integer part is exact, so SIMD kernels differ only in float summation. */
+/* GCC 12 with AVX512-VNNI enabled auto-vectorizes the int8 x int8 sum below into a vpdpbusd
+ * sequence that gets the sign wrong (seen on an Intel Xeon, 2026-11-30: the reference, not the
+ * kernels, disagreed with the exact integer dot whenever a weight was -128). The reference must
+ * be the plain scalar sum, so vectorization is switched off for it. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-vectorize")))
+#endif
 static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size_t n) {
     float acc = 0;
     switch (type) {

@@ -467,7 +467,11 @@ static void test_int_extremes(void) {
 
 /* A build whose compiler targets SIMD must not silently run the scalar fallback. */
 static void test_simd_selected(void) {
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+    CHECK(strcmp(rl_simd_name(), "avx512-vnni") == 0, "AVX-512 VNNI build runs %s kernels", rl_simd_name());
+#elif defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    CHECK(strcmp(rl_simd_name(), "avx512") == 0, "AVX-512 build runs %s kernels", rl_simd_name());
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
     CHECK(strcmp(rl_simd_name(), "avx2") == 0, "AVX2 build runs %s kernels", rl_simd_name());
 #elif defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
     CHECK(strcmp(rl_simd_name(), "neon-dotprod") == 0, "dotprod build runs %s kernels", rl_simd_name());

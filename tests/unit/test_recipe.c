@@ -1,0 +1,140 @@
+/* Per-tensor type recipes (src/recipe.h) on the tensor list of a 22-layer TinyLlama-1.1B and
+ * on small edge cases. The expected layer sets are written out by hand from llama.cpp's
+ * use_more_bits for 22 layers (first 22/8 = 2, last from 7*22/8 = 19, every third between
+ * starting at 2 + 2), not computed with the function under test. */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "recipe.h"
+#include "types.h"
+
+/* TinyLlama-1.1B: n_embd 2048, kv dim 256, n_ff 5632, 22 layers, untied output head. */
+#define N_LAYER 22
+static const int k_q6_layers[] = {0, 1, 4, 7, 10, 13, 16, 19, 20, 21};
+
+static bool in_q6_set(size_t l) {
+    for (size_t i = 0; i < sizeof k_q6_layers / sizeof *k_q6_layers; i++)
+        if ((size_t)k_q6_layers[i] == l) return true;
+    return false;
+}
+
+static uint32_t ty(const rl_recipe_ctx *c, const char *name, uint32_t n_dims, uint64_t ne0,
+                   uint64_t ne1) {
+    uint64_t ne[4] = {ne0, ne1, 1, 1};
+    return rl_recipe_type(c, name, n_dims, ne);
+}
+
+/* Every tensor of the model under file type `ft`; `mix` true when the _M rules should apply
+ * (expect Q6_K on the hand-written layers and the head), base = the type of everything else. */
+static void check_tinyllama(const char *ftname, uint32_t base, bool mix, bool pure) {
+    const rl_ftype *ft = rl_ftype_find(ftname);
+    CHECK(ft != NULL, "file type %s known", ftname);
+    if (!ft) return;
+    rl_recipe_ctx c = {ft, N_LAYER, true, pure};
+    uint32_t head = mix ? RL_Q6_K : base;
+    CHECK(ty(&c, "token_embd.weight", 2, 2048, 32000) == base, "%s token_embd", ftname);
+    CHECK(ty(&c, "output.weight", 2, 2048, 32000) == head, "%s output", ftname);
+    CHECK(ty(&c, "output_norm.weight", 1, 2048, 1) == RL_F32, "%s output_norm", ftname);
+    size_t n_q6 = 0;
+    for (size_t l = 0; l < N_LAYER; l++) {
+        char nm[64];
+        uint32_t more = mix && in_q6_set(l) ? RL_Q6_K : base;
+#define T(s, nd, a, b, want) do { snprintf(nm, sizeof nm, "blk.%zu." s, l); \
+        uint32_t got = ty(&c, nm, nd, a, b); \
+        CHECK(got == (want), "%s %s: got %s, want %s", ftname, nm, rl_type_name(got), \
+              rl_type_name(want)); } while (0)
+        T("attn_norm.weight", 1, 2048, 1, RL_F32);
+        T("ffn_norm.weight", 1, 2048, 1, RL_F32);
+        T("attn_q.weight", 2, 2048, 2048, base);
+        T("attn_k.weight", 2, 2048, 256, base);
+        T("attn_v.weight", 2, 2048, 256, more);
+        T("attn_output.weight", 2, 2048, 2048, base);
+        T("ffn_gate.weight", 2, 2048, 5632, base);
+        T("ffn_up.weight", 2, 2048, 5632, base);
+        /* ffn_down's rows are 5632 = 22 * 256 long: K-quants fit, no fallback */
+        T("ffn_down.weight", 2, 5632, 2048, more);
+#undef T
+        n_q6 += more == RL_Q6_K && base != RL_Q6_K;
+    }
+    CHECK(n_q6 == (mix ? 10u : 0u), "%s: %zu more_bits layers", ftname, n_q6);
+}
+
+static void test_tinyllama(void) {
+    check_tinyllama("Q4_K_M", RL_Q4_K, true, false);
+    check_tinyllama("q5_k_m", RL_Q5_K, true, false); /* names are case-insensitive */
+    check_tinyllama("Q4_K_M", RL_Q4_K, false, true);  /* --pure: no mix */
+    check_tinyllama("Q4_K", RL_Q4_K, false, false);
+    check_tinyllama("Q5_K", RL_Q5_K, false, false);
+    check_tinyllama("Q6_K", RL_Q6_K, false, false);
+    check_tinyllama("Q8_0", RL_Q8_0, false, false);
+    check_tinyllama("Q4_0", RL_Q4_0, false, false);
+    check_tinyllama("F16", RL_F16, false, false);
+    check_tinyllama("BF16", RL_BF16, false, false);
+    check_tinyllama("F32", RL_F32, false, false);
+}
+
+static void test_more_bits(void) {
+    /* n = 32 (Llama-2-7B): first 4, last 4 (28..31), every third from 4: 6, 9, ..., 27 */
+    static const int want32[] = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31};
+    size_t k = 0;
+    for (size_t l = 0; l < 32; l++) {
+        bool expect = k < sizeof want32 / sizeof *want32 && (size_t)want32[k] == l;
+        if (expect) k++;
+        CHECK(rl_recipe_more_bits(l, 32) == expect, "more_bits(%zu, 32)", l);
+    }
+    for (size_t l = 0; l < N_LAYER; l++)
+        CHECK(rl_recipe_more_bits(l, N_LAYER) == in_q6_set(l), "more_bits(%zu, 22)", l);
+}
+
+static void test_tied_and_fallback(void) {
+    rl_recipe_ctx c = {rl_ftype_find("Q4_K_M"), 16, false, false};
+    /* tied embeddings: token_embd is the output head, so it gets the head's Q6_K */
+    CHECK(ty(&c, "token_embd.weight", 2, 2048, 128256) == RL_Q6_K, "tied token_embd Q6_K");
+    c.pure = true;
+    CHECK(ty(&c, "token_embd.weight", 2, 2048, 128256) == RL_Q4_K, "pure tied token_embd");
+    c.pure = false;
+    /* rows of 128 / 352 values (the draft model) cannot hold a 256-value K block: Q8_0 */
+    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 128, 128) == RL_Q8_0, "Q4_K fallback");
+    CHECK(ty(&c, "blk.0.ffn_down.weight", 2, 352, 128) == RL_Q8_0, "Q6_K fallback");
+    CHECK(ty(&c, "output.weight", 2, 320, 4096) == RL_Q8_0, "head fallback");
+    /* not even 32 divides 100: F16 */
+    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 100, 128) == RL_F16, "F16 fallback");
+    c.ft = rl_ftype_find("Q4_0");
+    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 48, 128) == RL_F16, "Q4_0 fallback");
+    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 64, 128) == RL_Q4_0, "Q4_0 fits");
+    /* 3-D (expert) tensors follow ne[0] like matrices; 1-D stays F32 whatever its name */
+    uint64_t ne3[4] = {256, 64, 8, 1};
+    CHECK(rl_recipe_type(&c, "blk.0.ffn_up_exps.weight", 3, ne3) == RL_Q4_0, "3-D");
+    CHECK(ty(&c, "rope_freqs.weight", 1, 32, 1) == RL_F32, "rope_freqs F32");
+    /* names that only look like layer tensors do not get more bits */
+    c.ft = rl_ftype_find("Q5_K_M");
+    CHECK(ty(&c, "blk.0.attn_v.weight.x", 2, 256, 256) == RL_Q5_K, "suffix must match exactly");
+    CHECK(ty(&c, "blk.x.attn_v.weight", 2, 256, 256) == RL_Q5_K, "layer must be a number");
+    CHECK(ty(&c, "blk.0.attn_v.weight", 2, 256, 256) == RL_Q6_K, "layer 0 gets more bits");
+    CHECK(ty(&c, "blk.5.attn_v.weight", 2, 256, 256) == RL_Q5_K, "layer 5 of 16 does not");
+}
+
+static void test_table(void) {
+    CHECK(rl_ftype_find("Q3_K_M") == NULL, "unknown type");
+    CHECK(rl_ftype_find("") == NULL, "empty name");
+    /* llama_ftype numbers readers use to label the file */
+    static const struct { const char *n; uint32_t v; } ft[] = {
+        {"F32", 0}, {"F16", 1}, {"Q4_0", 2}, {"Q8_0", 7}, {"Q4_K", 14}, {"Q4_K_M", 15},
+        {"Q5_K", 16}, {"Q5_K_M", 17}, {"Q6_K", 18}, {"BF16", 32}};
+    for (size_t i = 0; i < sizeof ft / sizeof *ft; i++) {
+        const rl_ftype *f = rl_ftype_find(ft[i].n);
+        CHECK(f && f->file_type == ft[i].v, "%s file_type", ft[i].n);
+    }
+    size_t n = 0;
+    while (rl_ftype_at(n)) n++;
+    CHECK(n == sizeof ft / sizeof *ft, "%zu file types listed", n);
+}
+
+int main(void) {
+    test_tinyllama();
+    test_more_bits();
+    test_tied_and_fallback();
+    test_table();
+    return check_report("test_recipe");
+}
