@@ -36,12 +36,10 @@ int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_
 bool rl_cuda_device_present(void) { return false; }
 #endif
 
-bool rl_cuda_usable(void) { return rl_cuda_device_present(); }
-
 int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e) {
     memset(b, 0, sizeof *b);
     enum rl_device d = o->device;
-    if (d == RL_DEVICE_AUTO) d = rl_cuda_usable() ? RL_DEVICE_CUDA : RL_DEVICE_CPU;
+    if (d == RL_DEVICE_AUTO) d = rl_cuda_device_present() ? RL_DEVICE_CUDA : RL_DEVICE_CPU;
     if (d == RL_DEVICE_CUDA) return rl_cuda_open(b, m, o, e);
     rl_cpu_opts co = {.n_threads = o->n_threads, .n_ctx = o->n_ctx, .max_batch = o->max_batch,
                       .exact = o->exact, .kv_f32 = o->kv_f32};

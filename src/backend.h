@@ -55,10 +55,8 @@ static inline size_t rl_backend_kv_read_bytes(const rl_backend *b, size_t pos) {
 
 /* Parses "cpu" / "cuda" / "auto"; -1 on anything else. */
 int rl_device_parse(const char *s, enum rl_device *out);
-/* True when this build has the CUDA backend and a CUDA device is present. */
-bool rl_cuda_usable(void);
-
-/* Implemented in src/cuda/ when built with nvcc (RL_HAVE_CUDA). */
+/* Implemented in src/cuda/ when built with nvcc (RL_HAVE_CUDA); without it, rl_cuda_open fails
+ * with a message and rl_cuda_device_present (what --device auto asks) is false. */
 int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e);
 bool rl_cuda_device_present(void);
 
