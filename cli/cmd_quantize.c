@@ -54,10 +54,6 @@ static void q_worker(void *ctx, size_t ith, size_t nth) {
     }
 }
 
-static bool is_float(uint32_t t) {
-    return t == RL_F32 || t == RL_F16 || t == RL_BF16;
-}
-
 /* n_layer from {arch}.block_count, else one more than the largest blk.N in the tensor names. */
 static int model_layers(const gguf_file *f, size_t *n_layer, rl_err *e) {
     gguf_str arch;
@@ -170,7 +166,7 @@ int cmd_quantize(int argc, char **argv) {
         snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 255 ? t->name.len : 255),
                  t->name.ptr);
         uint32_t dt = rl_recipe_type(&rctx, name, t->n_dims, t->ne);
-        if (dt != t->type && !is_float(t->type)) {
+        if (dt != t->type && !rl_type_is_float(t->type)) {
             rl_fail(&e, "%s: tensor '%s' is %s: requantizing from %s is not supported; give an "
                         "F32/F16/BF16 file", inp, name, rl_type_name(t->type),
                     rl_type_name(t->type));

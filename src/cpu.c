@@ -27,7 +27,6 @@ struct rl_cpu {
     float *k, *v;    /* [B][kv_dim] */
     float *hb, *hb2; /* [B][n_ff] */
     rl_q8a *xq;      /* [B][max(n_embd, q_dim, n_ff)/32] quantized activations */
-    size_t xq_stride; /* blocks per row of xq */
     uint8_t *kc, *vc; /* [n_layer][n_ctx][kv_dim] f16, or f32 when kv_f32 */
     size_t kv_elt;    /* bytes per cached value: 2 or 4 */
     float *att;       /* [n_threads][n_ctx] attention scores */
@@ -139,7 +138,6 @@ int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e)
     size_t B = c->max_batch, wide = max3(cfg->n_embd, c->q_dim, cfg->n_ff);
     size_t kv_elems = cfg->n_layer * c->n_ctx * c->kv_dim;
     if (kv_elems / cfg->n_layer / c->n_ctx != c->kv_dim) goto oom;
-    c->xq_stride = (wide + 31) / 32;
     c->x = malloc(B * cfg->n_embd * sizeof(float));
     c->xb = malloc(B * (c->q_dim > cfg->n_embd ? c->q_dim : cfg->n_embd) * sizeof(float));
     c->q = malloc(B * c->q_dim * sizeof(float));
@@ -147,7 +145,7 @@ int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e)
     c->v = malloc(B * c->kv_dim * sizeof(float));
     c->hb = malloc(B * cfg->n_ff * sizeof(float));
     c->hb2 = malloc(B * cfg->n_ff * sizeof(float));
-    c->xq = malloc(B * c->xq_stride * sizeof(rl_q8a));
+    c->xq = malloc(B * ((wide + 31) / 32) * sizeof(rl_q8a));
     c->att = malloc(nt * c->n_ctx * sizeof(float));
     c->inv_freq = malloc(cfg->rope_dim / 2 * sizeof(float) + 1);
     c->kv_elt = o->kv_f32 ? sizeof(float) : sizeof(uint16_t);
@@ -189,9 +187,6 @@ void rl_cpu_free(rl_cpu *c) {
 
 size_t rl_cpu_n_ctx(const rl_cpu *c) { return c->n_ctx; }
 size_t rl_cpu_n_threads(const rl_cpu *c) { return rl_pool_size(c->pool); }
-size_t rl_cpu_kv_bytes(const rl_cpu *c) {
-    return 2 * c->m->cfg.n_layer * c->n_ctx * c->kv_dim * c->kv_elt;
-}
 size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos) {
     return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_dim * c->kv_elt;
 }
@@ -282,13 +277,11 @@ static void mm_worker(void *ctx, size_t ith, size_t nth) {
     }
 }
 
-static bool is_float_type(uint32_t t) { return t == RL_F32 || t == RL_F16 || t == RL_BF16; }
-
 static void job_add(const rl_cpu *c, mm_job *j, const rl_matrix *w, const float *x, const rl_q8a *xq, size_t S,
                     float *y, size_t ys, bool acc) {
     size_t i = j->n++;
     j->mm[i] = (rl_mm){.type = w->type, .w = w->data, .row_bytes = w->row_bytes, .n = w->cols,
-                       .S = S, .x = x, .xq = is_float_type(w->type) ? NULL : xq, .y = y,
+                       .S = S, .x = x, .xq = rl_type_is_float(w->type) ? NULL : xq, .y = y,
                        .ys = ys, .accumulate = acc, .packed = is_packed(c, w)};
     j->rows[i] = w->rows;
     j->tile[i] = rl_mm_row_tile(w->type);
@@ -310,12 +303,12 @@ static void qa_worker(void *ctx, size_t ith, size_t nth) {
 }
 
 /* Quantizes S rows of n activations (row stride n) into c->xq when any matrix needs it.
- * Rows go n/32 blocks apart: rl_mm reads column s at xq + s * (n / 32) (a stride of xq_stride
- * broke every S > 1 batch whose n was not the widest dimension). A batch is split over the
- * threads (at S = 64 this was ~5% of prefill time on one thread). */
+ * Rows go n/32 blocks apart, as rl_mm reads them (spacing them by the widest row's block count
+ * broke every S > 1 batch whose n was not the widest). A batch is split over the threads (at
+ * S = 64 this was ~5% of prefill time on one thread). */
 static const rl_q8a *quant_act(rl_cpu *c, const float *x, size_t S, size_t n,
                                const rl_matrix *w) {
-    if (c->exact || is_float_type(w->type)) return NULL;
+    if (c->exact || rl_type_is_float(w->type)) return NULL;
     qa_job j = {x, c->xq, S, n};
     if (S == 1) qa_worker(&j, 0, 1);
     else rl_pool_run(c->pool, qa_worker, &j);

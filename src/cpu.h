@@ -23,8 +23,7 @@ int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e)
 void rl_cpu_free(rl_cpu *c);
 size_t rl_cpu_n_ctx(const rl_cpu *c);
 size_t rl_cpu_n_threads(const rl_cpu *c);
-/* Bytes the KV cache occupies / one decode step at position pos reads from it. */
-size_t rl_cpu_kv_bytes(const rl_cpu *c);
+/* Bytes one decode step at position pos reads from the KV cache. */
 /* Extra memory held by weights repacked at load for the fast kernels (0 on the exact path). */
 size_t rl_cpu_packed_bytes(const rl_cpu *c);
 size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos);

@@ -477,7 +477,7 @@ static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size
 }
 
 static bool uses_fast_path(const rl_mm *m) {
-    return m->xq != NULL && m->type != RL_F32 && m->type != RL_F16 && m->type != RL_BF16;
+    return m->xq != NULL && !rl_type_is_float(m->type);
 }
 
 /* ---- row-interleaved (x8) weights --------------------------------------------------------- */

@@ -41,16 +41,12 @@ static long layer_of(const char *name, const char *suffix) {
     return l;
 }
 
-static bool is_float(uint32_t t) {
-    return t == RL_F32 || t == RL_F16 || t == RL_BF16;
-}
-
 uint32_t rl_recipe_type(const rl_recipe_ctx *c, const char *name, uint32_t n_dims,
                         const uint64_t *ne) {
     if (n_dims < 2) return RL_F32;
     const rl_ftype *ft = c->ft;
     uint32_t t = ft->base;
-    if (ft->mix_m && !c->pure && !is_float(t)) {
+    if (ft->mix_m && !c->pure && !rl_type_is_float(t)) {
         bool head = !strcmp(name, "output.weight") ||
                     (!c->has_output && !strcmp(name, "token_embd.weight"));
         long l = layer_of(name, "attn_v.weight");

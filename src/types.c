@@ -26,6 +26,10 @@ const char *rl_type_name(uint32_t type) {
     return t ? t->name : "unknown";
 }
 
+bool rl_type_is_float(uint32_t type) {
+    return type == RL_F32 || type == RL_F16 || type == RL_BF16;
+}
+
 bool rl_type_computable(uint32_t type) {
     switch (type) {
     case RL_F32: case RL_F16: case RL_BF16: case RL_Q8_0: case RL_Q4_0:

@@ -45,6 +45,9 @@ const rl_type_info *rl_type_get(uint32_t type);
  * needed: unknown ids return "unknown"). */
 const char *rl_type_name(uint32_t type);
 
+/* F32, F16, BF16: weights that are always computed with fp32 activations. */
+bool rl_type_is_float(uint32_t type);
+
 /* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K). */
 bool rl_type_computable(uint32_t type);
 
