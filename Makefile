@@ -16,10 +16,11 @@ OPT     ?= -O2
 SAN     ?=
 PCRE_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
 PCRE_LIBS   := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+JANSSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 CFLAGS  += -std=c11 $(OPT) -g $(ARCH) $(WARN) -D_GNU_SOURCE -pthread $(PCRE_CFLAGS) $(SAN)
-LDLIBS  += $(PCRE_LIBS) -lm -pthread
+LDLIBS  += $(PCRE_LIBS) $(JANSSON_LIBS) -lm -pthread
 LDFLAGS += $(SAN)
 
 LIB_SRC  := $(wildcard src/*.c)
@@ -57,7 +58,7 @@ $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 $(BUILD)/obj/cli/%.o: cli/%.c | $(BUILD)/obj/cli
 	$(CC) $(CFLAGS) -Isrc -MMD -MP -c $< -o $@
-$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.h) src/backend.h src/model.h | $(BUILD)/obj/cuda
+$(BUILD)/obj/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.h src/cuda/*.cuh) src/backend.h src/model.h | $(BUILD)/obj/cuda
 	$(NVCC) $(NVFLAGS) -Isrc -c $< -o $@
 $(BUILD)/obj/cuda:
 	mkdir -p $@
@@ -150,7 +151,7 @@ FUZZ_FLAGS := -std=c11 -O1 -g -D_GNU_SOURCE -DRL_FUZZING -fsanitize=fuzzer,addre
               -fno-sanitize-recover=all $(PCRE_CFLAGS) -Isrc -pthread
 fuzz: $(FUZZ_BIN)
 build-fuzz/fuzz_%: fuzz/fuzz_%.c $(LIB_SRC) $(wildcard src/*.h)
-	mkdir -p build-fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $< $(LIB_SRC) -o $@ $(PCRE_LIBS) -lm
+	mkdir -p build-fuzz && $(FUZZ_CC) $(FUZZ_FLAGS) $< $(LIB_SRC) -o $@ $(PCRE_LIBS) $(JANSSON_LIBS) -lm
 # A short run of each target from its seed corpus (CI); FUZZ_SECONDS=3600 for a long run.
 FUZZ_SECONDS ?= 30
 fuzz-short: fuzz

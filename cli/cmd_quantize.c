@@ -1,4 +1,5 @@
-/* rawloop quantize: rewrites an F32/F16/BF16 GGUF in one of the standard ggml types.
+/* rawloop quantize: rewrites an F32/F16/BF16 GGUF, or converts a Hugging Face model directory
+ * (safetensors shards, config.json, tokenizer; src/hf.h), in one of the standard ggml types.
  *
  * Streams tensor by tensor: the input is memory-mapped, each output tensor is built in one
  * buffer (the largest output tensor is the peak extra memory) by all threads over rows, and
@@ -13,6 +14,7 @@
 
 #include "cli.h"
 #include "gguf.h"
+#include "hf.h"
 #include "pool.h"
 #include "quant.h"
 #include "recipe.h"
@@ -21,9 +23,13 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop quantize [--help] IN OUT --type T [-t N] [--pure]\n"
-        "Writes IN's model to OUT with its matrices in type T (1-D tensors stay F32).\n"
-        "IN is a GGUF whose matrices are F32, F16 or BF16 (a matrix already in the type the\n"
-        "recipe chooses is copied as is). Hugging Face safetensors input is not supported yet.\n"
+        "Writes IN's model to OUT (GGUF) with its matrices in type T (1-D tensors stay F32).\n"
+        "IN is either a GGUF whose matrices are F32, F16 or BF16 (a matrix already in the type\n"
+        "the recipe chooses is copied as is), or a Hugging Face model directory: config.json,\n"
+        "*.safetensors (F32/F16/BF16; shards via model.safetensors.index.json), tokenizer.json\n"
+        "(byte-level BPE) or tokenizer.model (SentencePiece), optional tokenizer_config.json;\n"
+        "architectures llama (llama3 rope scaling included), qwen2, qwen3. Tensors, keys and\n"
+        "the Q/K row order come out as llama.cpp's convert_hf_to_gguf.py writes them.\n"
         "  --type T   one of:");
     for (size_t i = 0; rl_ftype_at(i); i++) fprintf(out, " %s", rl_ftype_at(i)->name);
     fprintf(out,
@@ -35,9 +41,20 @@ static void usage(FILE *out) {
         "  -t N       threads (default: all CPUs)\n");
 }
 
+/* One input tensor, from a GGUF file or a Hugging Face directory. */
+typedef struct src_tensor {
+    char name[256];
+    uint32_t n_dims;
+    uint64_t ne[GGUF_MAX_DIMS];
+    uint32_t type;       /* ggml type of the stored rows */
+    const uint8_t *data;
+    size_t nbytes;
+    size_t perm_heads;   /* > 0: rows stored in another order (hf_src_row) */
+} src_tensor;
+
 /* One tensor's conversion, split over threads by rows. */
 typedef struct qjob {
-    const gguf_tensor *t;
+    const src_tensor *t;
     uint32_t dst_type;
     size_t cols, rows, src_row_bytes, dst_row_bytes;
     uint8_t *out;
@@ -47,12 +64,17 @@ typedef struct qjob {
 static void q_worker(void *ctx, size_t ith, size_t nth) {
     qjob *j = ctx;
     float *row = j->scratch + ith * j->cols;
-    const uint8_t *src = j->t->data;
     for (size_t r = j->rows * ith / nth; r < j->rows * (ith + 1) / nth; r++) {
-        rl_dequant_row(j->t->type, src + r * j->src_row_bytes, row, j->cols);
+        size_t sr = hf_src_row(r, j->rows, j->t->perm_heads);
+        rl_dequant_row(j->t->type, j->t->data + sr * j->src_row_bytes, row, j->cols);
         rl_quant_row(j->dst_type, row, j->out + r * j->dst_row_bytes, j->cols);
     }
 }
+
+/* The input as a list of src_tensors and its kvs in w: a GGUF's copied (file_type and
+ * quantization_version set to the output's), a directory's made by hf_write_kvs. */
+static int open_input(const char *inp, bool is_hf, gguf_file *f, hf_model *h, src_tensor **out,
+                      size_t *n, size_t *n_layer, gguf_writer *w, const rl_ftype *ft, rl_err *e);
 
 /* n_layer from {arch}.block_count, else one more than the largest blk.N in the tensor names. */
 static int model_layers(const gguf_file *f, size_t *n_layer, rl_err *e) {
@@ -119,11 +141,10 @@ int cmd_quantize(int argc, char **argv) {
     }
 
     rl_err e = {{0}};
-    gguf_file f;
-    if (gguf_open(&f, inp, &e) < 0) {
-        fprintf(stderr, "rawloop: quantize: %s\n", e.msg);
-        return 1;
-    }
+    gguf_file f = {0};
+    hf_model h = {0};
+    src_tensor *src = NULL;
+    size_t n_src = 0;
     gguf_writer *w = NULL;
     rl_pool *pool = NULL;
     uint32_t *types = NULL;
@@ -131,40 +152,30 @@ int cmd_quantize(int argc, char **argv) {
     float *scratch = NULL;
     int rc = 1;
     size_t n_layer = 0;
-    if (model_layers(&f, &n_layer, &e) < 0) goto fail;
-    rl_recipe_ctx rctx = {ft, n_layer, gguf_find_tensor(&f, "output.weight") != NULL, pure};
-
-    w = gguf_writer_new(f.alignment);
-    types = calloc(f.n_tensors ? f.n_tensors : 1, sizeof *types);
-    if (!w || !types) goto oom;
-
-    /* kvs in order; file_type and quantization_version replaced in place or appended */
-    bool saw_ft = false, saw_qv = false;
-    for (size_t i = 0; i < f.n_kv; i++) {
-        const gguf_kv *kv = &f.kv[i];
-        int r;
-        if (gguf_str_eq(kv->key, "general.file_type")) {
-            r = gguf_w_u32(w, "general.file_type", ft->file_type, &e);
-            saw_ft = true;
-        } else if (gguf_str_eq(kv->key, "general.quantization_version")) {
-            r = gguf_w_u32(w, "general.quantization_version", 2, &e);
-            saw_qv = true;
-        } else {
-            r = gguf_w_copy_kv(w, kv, &e);
-        }
-        if (r < 0) goto fail;
+    bool mid_line = false; /* the progress line is open: an error starts a new one */
+    /* a GGUF's own alignment is kept; converted files get the default */
+    struct stat sb;
+    bool is_hf = stat(inp, &sb) == 0 && S_ISDIR(sb.st_mode); /* a directory: Hugging Face */
+    if (!is_hf) {
+        if (gguf_open(&f, inp, &e) < 0) goto fail;
+        w = gguf_writer_new(f.alignment);
+    } else {
+        w = gguf_writer_new(GGUF_DEFAULT_ALIGNMENT);
     }
-    if ((!saw_ft && gguf_w_u32(w, "general.file_type", ft->file_type, &e) < 0) ||
-        (!saw_qv && gguf_w_u32(w, "general.quantization_version", 2, &e) < 0))
-        goto fail;
+    if (!w) goto oom;
+    if (open_input(inp, is_hf, &f, &h, &src, &n_src, &n_layer, w, ft, &e) < 0) goto fail;
+    if (h.warning[0]) fprintf(stderr, "rawloop quantize: warning: %s\n", h.warning);
+    bool has_output = false;
+    for (size_t i = 0; i < n_src; i++) has_output |= !strcmp(src[i].name, "output.weight");
+    rl_recipe_ctx rctx = {ft, n_layer, has_output, pure};
+    types = calloc(n_src ? n_src : 1, sizeof *types);
+    if (!types) goto oom;
 
     /* choose every type first, so that a refused tensor stops us before anything is written */
     size_t max_out = 0, max_cols = 0, bytes_in = 0, bytes_out = 0, elems = 0;
-    for (size_t i = 0; i < f.n_tensors; i++) {
-        const gguf_tensor *t = &f.tensors[i];
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)(t->name.len < 255 ? t->name.len : 255),
-                 t->name.ptr);
+    for (size_t i = 0; i < n_src; i++) {
+        const src_tensor *t = &src[i];
+        const char *name = t->name;
         uint32_t dt = rl_recipe_type(&rctx, name, t->n_dims, t->ne);
         if (dt != t->type && !rl_type_is_float(t->type)) {
             rl_fail(&e, "%s: tensor '%s' is %s: requantizing from %s is not supported; give an "
@@ -192,19 +203,19 @@ int cmd_quantize(int argc, char **argv) {
     if (gguf_writer_begin(w, outp, &e) < 0) goto fail;
     fprintf(stderr, "rawloop quantize: %s -> %s (%s%s), %zu tensors, %zu layers, %zu threads, "
                     "peak buffer %.1f MB beyond the mapped input\n",
-            inp, outp, ft->name, pure ? ", pure" : "", f.n_tensors, n_layer, nth,
+            inp, outp, ft->name, pure ? ", pure" : "", n_src, n_layer, nth,
             (max_out + max_cols * nth * sizeof(float)) / 1e6);
 
     double t0 = cli_now(), last = t0;
     size_t done = 0, count[RL_TYPE_COUNT] = {0};
-    for (size_t i = 0; i < f.n_tensors; i++) {
-        const gguf_tensor *t = &f.tensors[i];
+    for (size_t i = 0; i < n_src; i++) {
+        const src_tensor *t = &src[i];
         /* rows from the shape, not nbytes / row bytes: ggml allows empty (ne = 0) tensors */
         size_t cols = (size_t)t->ne[0], rows = 1;
         for (uint32_t d = 1; d < t->n_dims; d++) rows *= (size_t)t->ne[d];
         size_t drb = rl_row_bytes(types[i], cols);
         const void *out = t->data;
-        if (types[i] != t->type) {
+        if (types[i] != t->type || t->perm_heads) {
             qjob j = {t, types[i], cols, rows, rl_row_bytes(t->type, cols), drb, buf, scratch};
             rl_pool_run(pool, q_worker, &j);
             out = buf;
@@ -213,8 +224,9 @@ int cmd_quantize(int argc, char **argv) {
         count[types[i]]++;
         done += t->nbytes;
         double now = cli_now();
-        if (now - last >= 1.0 || i + 1 == f.n_tensors) {
+        if (now - last >= 1.0 || i + 1 == n_src) {
             last = now;
+            mid_line = true;
             fprintf(stderr, "\rrawloop quantize: %5.1f%% (%.2f / %.2f GB in, %.0f s)",
                     bytes_in ? 100.0 * done / bytes_in : 100.0, done / 1e9, bytes_in / 1e9,
                     now - t0);
@@ -232,13 +244,74 @@ int cmd_quantize(int argc, char **argv) {
 oom:
     rl_fail(&e, "out of memory");
 fail:
-    fprintf(stderr, "\nrawloop: quantize: %s\n", e.msg);
+    fprintf(stderr, "%srawloop: quantize: %s\n", mid_line ? "\n" : "", e.msg);
 out:
     rl_pool_free(pool);
     gguf_writer_free(w);
     free(buf);
     free(scratch);
     free(types);
+    free(src);
+    hf_close(&h);
     gguf_close(&f);
     return rc;
+}
+
+static int open_input(const char *inp, bool is_hf, gguf_file *f, hf_model *h, src_tensor **out,
+                      size_t *n, size_t *n_layer, gguf_writer *w, const rl_ftype *ft, rl_err *e) {
+    if (is_hf) { /* the caller opened a GGUF otherwise */
+        if (hf_open(h, inp, e) < 0 || hf_write_kvs(h, w, e) < 0) return -1;
+        if (gguf_w_u32(w, "general.file_type", ft->file_type, e) < 0 ||
+            gguf_w_u32(w, "general.quantization_version", 2, e) < 0)
+            return -1;
+        *n_layer = h->n_layer;
+        *n = h->n_tensors;
+        src_tensor *s = *out = calloc(*n ? *n : 1, sizeof *s);
+        if (!s) return rl_fail(e, "out of memory");
+        for (size_t i = 0; i < *n; i++) {
+            const hf_tensor *t = &h->tensors[i];
+            snprintf(s[i].name, sizeof s[i].name, "%s", t->name);
+            s[i].n_dims = t->n_dims;
+            memcpy(s[i].ne, t->ne, sizeof t->ne);
+            s[i].type = t->type;
+            s[i].data = t->data;
+            s[i].nbytes = t->nbytes;
+            s[i].perm_heads = t->perm_heads;
+        }
+        return 0;
+    }
+    if (model_layers(f, n_layer, e) < 0) return -1;
+    /* kvs in order; file_type and quantization_version replaced in place or appended */
+    bool saw_ft = false, saw_qv = false;
+    for (size_t i = 0; i < f->n_kv; i++) {
+        const gguf_kv *kv = &f->kv[i];
+        int r;
+        if (gguf_str_eq(kv->key, "general.file_type")) {
+            r = gguf_w_u32(w, "general.file_type", ft->file_type, e);
+            saw_ft = true;
+        } else if (gguf_str_eq(kv->key, "general.quantization_version")) {
+            r = gguf_w_u32(w, "general.quantization_version", 2, e);
+            saw_qv = true;
+        } else {
+            r = gguf_w_copy_kv(w, kv, e);
+        }
+        if (r < 0) return -1;
+    }
+    if ((!saw_ft && gguf_w_u32(w, "general.file_type", ft->file_type, e) < 0) ||
+        (!saw_qv && gguf_w_u32(w, "general.quantization_version", 2, e) < 0))
+        return -1;
+    *n = f->n_tensors;
+    src_tensor *s = *out = calloc(*n ? *n : 1, sizeof *s);
+    if (!s) return rl_fail(e, "out of memory");
+    for (size_t i = 0; i < *n; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        snprintf(s[i].name, sizeof s[i].name, "%.*s",
+                 (int)(t->name.len < 255 ? t->name.len : 255), t->name.ptr);
+        s[i].n_dims = t->n_dims;
+        memcpy(s[i].ne, t->ne, sizeof t->ne);
+        s[i].type = t->type;
+        s[i].data = t->data;
+        s[i].nbytes = t->nbytes;
+    }
+    return 0;
 }

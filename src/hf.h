@@ -1,0 +1,60 @@
+/* A Hugging Face model directory seen as the GGUF file llama.cpp's convert_hf_to_gguf.py would
+ * make of it: tensors under llama.cpp names in GGUF shape order, and the metadata (model keys
+ * and tokenizer) as GGUF key/values.
+ *
+ * Input: config.json; tokenizer.json (byte-level BPE, written as tokenizer.ggml.model "gpt2")
+ * or tokenizer.model (SentencePiece, written as "llama"); tokenizer_config.json when present
+ * (bos/eos tokens, add_bos_token); model.safetensors, or shards named by
+ * model.safetensors.index.json, or every *.safetensors of the directory.
+ * Architectures: llama (Llama 2/3/3.1/3.2, llama3 rope scaling -> rope_freqs.weight), qwen2,
+ * qwen3. Every tensor is checked against the shape config.json implies; a missing, extra or
+ * misshapen tensor, a missing shard or config key, a dtype other than F32/F16/BF16 or an
+ * unsupported architecture or rope scaling is refused with a message naming it.
+ *
+ * Nothing is converted here: an hf_tensor points at the mapped shard bytes, and the caller
+ * reads it row by row (hf_src_row gives the stored row behind each GGUF row). */
+#ifndef RL_HF_H
+#define RL_HF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "gguf.h"
+
+typedef struct hf_tensor {
+    char name[64];              /* GGUF name, "blk.3.attn_q.weight" */
+    uint32_t n_dims;
+    uint64_t ne[GGUF_MAX_DIMS]; /* GGUF order: ne[0] is the contiguous dim; unused dims 1 */
+    uint32_t type;              /* element format of data: RL_F32, RL_F16 or RL_BF16 */
+    const void *data;           /* ne[1..] rows of ne[0] elements (in the mapping, or owned) */
+    size_t nbytes;
+    size_t perm_heads;          /* > 0: llama Q/K, rows stored in HF rotate-half order over
+                                   this many heads; see hf_src_row */
+} hf_tensor;
+
+typedef struct hf_model {
+    char dir[512];
+    char arch[16];          /* "llama", "qwen2", "qwen3" */
+    size_t n_layer;
+    size_t n_tensors;
+    hf_tensor *tensors;     /* in llama.cpp's order: token_embd, rope_freqs, blk.*, norm, output */
+    char warning[256];      /* non-fatal note for the user ("" when none) */
+    void *priv;             /* mapped shards, config and tokenizer (hf.c) */
+} hf_model;
+
+/* Reads and validates the whole directory. On failure h is left closed (safe to hf_close). */
+int hf_open(hf_model *h, const char *dir, rl_err *e);
+void hf_close(hf_model *h);
+
+/* Adds every key/value of the GGUF file except general.file_type and
+ * general.quantization_version (the writer's caller sets those). */
+int hf_write_kvs(const hf_model *h, gguf_writer *w, rl_err *e);
+
+/* The stored row behind GGUF row r of a tensor of `rows` rows: r itself when perm_heads is 0;
+ * for a permuted Q/K (HF keeps each head's rows as two halves, llama.cpp's interleaved rope
+ * wants pairs 2i, 2i+1) row h*hd + (i%2)*hd/2 + i/2, where hd = rows/perm_heads, i = r%hd. */
+size_t hf_src_row(size_t r, size_t rows, size_t perm_heads);
+
+#endif
