@@ -11,7 +11,7 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-        "usage: rawloop bench [-m FILE] [-p 512] [-n 128] [-r 5] [-t N] [-d 0] [--json] [--exact]\n"
+        "usage: rawloop bench [-m FILE] [-p 512] [-n 128] [-r 5] [-t N] [-d 0] [--json] [--exact] [--profile]\n"
         "  -p N        prompt-processing test of N tokens (0 skips it)\n"
         "  -n N        generation test of N tokens (0 skips it)\n"
         "  -r N        repetitions (median and standard deviation reported)\n"
@@ -21,6 +21,9 @@ static void usage(FILE *out) {
         "  --json      one JSON object instead of the table\n"
         "  --exact     fp32 activations (no 8-bit activation fast path)\n"
         "  --no-ceiling skip measuring the memory read bandwidth\n"
+        "  --profile   after the timed runs, time each step of the forward pass over another\n"
+        "              -n tokens (GPU only: a graph with an event after every step) and print\n"
+        "              its time, share of the token, bytes read and GB/s\n"
         "  --device D  cpu, cuda or auto (default)\n"
         "  --kv-type T f16 (default) or f32 KV cache\n");
 }
@@ -52,10 +55,10 @@ int cmd_bench(int argc, char **argv) {
         {"model", 1, 0, 'm'}, {"n-prompt", 1, 0, 'p'}, {"n-gen", 1, 0, 'n'},
         {"repetitions", 1, 0, 'r'}, {"threads", 1, 0, 't'}, {"depth", 1, 0, 'd'},
         {"batch", 1, 0, 'b'}, {"json", 0, 0, 'j'}, {"exact", 0, 0, 'x'},
-        {"no-ceiling", 0, 0, 'C'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"no-ceiling", 0, 0, 'C'}, {"profile", 0, 0, 'P'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL;
     long np = 512, ng = 128, reps = 5, depth = 0, v;
-    bool json = false, no_ceiling = false;
+    bool json = false, no_ceiling = false, profile = false;
     rl_backend_opts co = {0};
     int c;
     optind = 1;
@@ -71,6 +74,7 @@ int cmd_bench(int argc, char **argv) {
         case 'j': json = true; break;
         case 'x': co.exact = true; break;
         case 'C': no_ceiling = true; break;
+        case 'P': profile = true; break;
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
         case 'K': if (cli_parse_kv_type(optarg, &co.kv_f32)) return 2; break;
         case 'h': usage(stdout); return 0;
@@ -85,6 +89,14 @@ int cmd_bench(int argc, char **argv) {
     co.n_ctx = need + 1;
     cli_session s;
     if (cli_session_open(&s, model, &co)) return 1;
+    if (profile && (!s.be.ops->profile || ng < 1)) {
+        if (!s.be.ops->profile)
+            fprintf(stderr, "rawloop: --profile: the %s backend has no per-kernel profile\n", s.be.name);
+        else
+            fprintf(stderr, "rawloop: --profile needs a generation test (-n > 0)\n");
+        cli_session_close(&s);
+        return 1;
+    }
     const rl_config *cfg = &s.model.cfg;
     size_t nt = s.be.n_threads;
     int rc = 1;
@@ -121,6 +133,18 @@ int cmd_bench(int argc, char **argv) {
         if (!json) fprintf(stderr, "rawloop: rep %ld/%ld: pp %.2f tok/s, tg %.2f tok/s\n",
                            rep + 1, reps, pp[rep], tg[rep]);
     }
+    rl_prof_row prof[16];
+    size_t n_prof = 0;
+    if (profile) {
+        if (depth > 0 && rl_backend_forward(&s.be, toks, (size_t)depth, 0, NULL, false, &e)) goto fail;
+        if (s.be.ops->profile(s.be.impl, true, &e)) goto fail;
+        for (long i = 0; i < ng; i++)
+            if (rl_backend_forward(&s.be, toks + i, 1, (size_t)(depth + i), lg, false, &e)) goto fail;
+        n_prof = s.be.ops->profile_rows(s.be.impl, prof, sizeof prof / sizeof *prof);
+        if (s.be.ops->profile(s.be.impl, false, &e)) goto fail;
+    }
+    double prof_us = 0;
+    for (size_t i = 0; i < n_prof; i++) prof_us += prof[i].us;
     stats sp = summarize(pp, (size_t)reps), sg = summarize(tg, (size_t)reps);
     size_t wbytes = rl_model_bytes_per_token(&s.model);
     size_t kvb = ng > 0 ? rl_backend_kv_read_bytes(&s.be, (size_t)(depth + ng / 2)) : 0;
@@ -136,11 +160,21 @@ int cmd_bench(int argc, char **argv) {
                "\"tg_min\": %.3f, \"tg_max\": %.3f, \"bytes_per_token\": %.0f, "
                "\"weight_bytes_per_token\": %zu, \"kv_bytes_per_token\": %zu, \"gbps\": %.3f, "
                "\"ceiling_gbps\": %.3f, \"ceiling_share\": %.4f, \"file_bytes\": %zu, "
-               "\"repacked_bytes\": %zu}\n",
+               "\"repacked_bytes\": %zu",
                desc, rl_model_type_name(&s.model), s.be.name, nt,
                co.exact ? "true" : "false", depth, np, ng, reps, sp.median, sp.sd, sp.min,
                sp.max, sg.median, sg.sd, sg.min, sg.max, bpt, wbytes, kvb, gbps, ceil,
                ceil > 0 ? gbps / ceil : 0, s.model.file_weight_bytes, s.be.repacked_bytes);
+        if (profile) {
+            printf(", \"profile\": [");
+            for (size_t i = 0; i < n_prof; i++)
+                printf("%s{\"step\": \"%s\", \"launches_per_token\": %.2f, \"us_per_token\": %.3f, "
+                       "\"bytes_per_token\": %.0f, \"gbps\": %.2f}", i ? ", " : "", prof[i].name,
+                       (double)prof[i].calls / ng, prof[i].us / ng, prof[i].bytes / ng,
+                       prof[i].us > 0 ? prof[i].bytes / (prof[i].us * 1e3) : 0);
+            printf("]");
+        }
+        printf("}\n");
     } else {
         printf("| model | size | params | backend | threads | test | t/s | GB/s | %% of read "
                "ceiling |\n| --- | ---: | ---: | --- | ---: | --- | ---: | ---: | ---: |\n");
@@ -161,6 +195,18 @@ int cmd_bench(int argc, char **argv) {
                "%ld); read ceiling %.1f GB/s (%s, %zu threads, measured now); %s; median ± sd of %ld "
                "runs\n", bpt / 1e6, wbytes / 1e6, kvb / 1e6, depth + ng / 2, ceil, s.be.name, nt,
                s.be.numerics, reps);
+        if (profile) {
+            printf("\nper-step profile over %ld tokens at depth %ld (a graph with a timing event "
+                   "after every step; %.1f us/token in all):\n\n| step | launches/token | us/token "
+                   "| %% of token | MB/token | GB/s | %% of ceiling |\n| --- | ---: | ---: | ---: | "
+                   "---: | ---: | ---: |\n", ng, depth, prof_us / ng);
+            for (size_t i = 0; i < n_prof; i++) {
+                double g = prof[i].us > 0 ? prof[i].bytes / (prof[i].us * 1e3) : 0;
+                printf("| %s | %.0f | %.2f | %.1f%% | %.2f | %.0f | %.0f%% |\n", prof[i].name,
+                       (double)prof[i].calls / ng, prof[i].us / ng, 100 * prof[i].us / prof_us,
+                       prof[i].bytes / ng / 1e6, g, ceil > 0 ? 100 * g / ceil : 0);
+            }
+        }
         if (s.be.repacked_bytes)
             printf("weights repacked at load into an interleaved copy: %.2f GB (the mapped "
                    "originals are released)\n", s.be.repacked_bytes / 1e9);

@@ -18,7 +18,7 @@ static double cpu_ceiling(void *impl) {
     return rl_measure_read_gbps(rl_cpu_n_threads(impl), (size_t)1 << 30, 5);
 }
 
-static const rl_backend_ops k_cpu_ops = {cpu_free, cpu_n_ctx, cpu_kv, cpu_forward, cpu_ceiling};
+static const rl_backend_ops k_cpu_ops = {cpu_free, cpu_n_ctx, cpu_kv, cpu_forward, cpu_ceiling, NULL, NULL};
 
 int rl_device_parse(const char *s, enum rl_device *out) {
     if (!strcmp(s, "cpu")) *out = RL_DEVICE_CPU;

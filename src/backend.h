@@ -21,6 +21,15 @@ typedef struct rl_backend_opts {
     bool kv_f32;       /* fp32 KV cache instead of f16 (CPU) */
 } rl_backend_opts;
 
+/* One line of a per-kernel profile: a step of the forward pass (one or a few kernels), its
+ * summed time over the profiled tokens and the bytes it had to read in that time. */
+typedef struct rl_prof_row {
+    char name[24];
+    size_t calls;  /* launches of this step over the profiled tokens */
+    double us;     /* summed GPU time, microseconds */
+    double bytes;  /* summed bytes the step reads (weights; KV for attention) */
+} rl_prof_row;
+
 /* What a backend implementation provides (cpu.c, src/cuda/). */
 typedef struct rl_backend_ops {
     void (*free)(void *impl);
@@ -29,6 +38,11 @@ typedef struct rl_backend_ops {
     int (*forward)(void *impl, const int32_t *tokens, size_t S, size_t pos, float *logits,
                    bool all_logits, rl_err *e);
     double (*read_ceiling_gbps)(void *impl); /* the device's own read-stream bandwidth */
+    /* Per-kernel profile (NULL where the backend has none): profile(impl, true) clears the
+     * table and times every step of the following forward calls (slower: for reports only);
+     * profile(impl, false) stops. profile_rows copies up to cap rows; returns the count. */
+    int (*profile)(void *impl, bool on, rl_err *e);
+    size_t (*profile_rows)(void *impl, rl_prof_row *rows, size_t cap);
 } rl_backend_ops;
 
 typedef struct rl_backend {

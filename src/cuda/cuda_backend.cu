@@ -27,6 +27,7 @@ struct rl_cuda {
     size_t n_ctx, q_dim, kv_dim, max_n;
     int n_split, split_max;
     rl_cuda_knobs knobs;
+    bool fast;        /* 8-bit activations where the weight type has them (not --exact) */
     uint8_t *warena;  /* weights, read-only after upload */
     size_t wbytes, woff;
     uint8_t *aarena;  /* activations, partials, KV cache */
@@ -50,7 +51,27 @@ struct rl_cuda {
     cudaStream_t st;
     cudaGraphExec_t graph;
     size_t launches;
+    /* --profile: a second graph with a timing event after every step (marks) */
+    bool prof_on, prof_cap;
+    cudaGraphExec_t pgraph;
+    int n_marks;
+    cudaEvent_t *pev;      /* [max_marks + 1] */
+    const char **plabel;   /* [max_marks] step names (static strings) */
+    double *pbytes;        /* [max_marks] bytes read; < 0: the layer's KV cache at pos */
+    int max_marks;
+    rl_prof_row prow[16];
+    size_t n_prow;
 };
+
+/* Ends a profiled step (a no-op outside the profile capture). */
+static void mark(rl_cuda *c, const char *label, double bytes) {
+    if (!c->prof_cap || c->n_marks >= c->max_marks) return;
+    c->plabel[c->n_marks] = label;
+    c->pbytes[c->n_marks] = bytes;
+    cudaEventRecordWithFlags(c->pev[++c->n_marks], c->st, cudaEventRecordExternal);
+}
+
+static double dmat_bytes(const rl_dmat *w) { return (double)w->rows * (double)(w->q_row + w->s_row); }
 
 #define CK(call)                                                                                \
     do {                                                                                        \
@@ -194,6 +215,7 @@ static void mv1(rl_cuda *c, const rl_dmat *w, const float *bias, float *y, int m
     a.norm_w = norm_w;
     a.eps = c->m->cfg.norm_eps;
     a.n = n;
+    a.fast = c->fast;
     int k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
     if (k < 0) *rc = -1;
     else c->launches += (size_t)k;
@@ -212,8 +234,11 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
     int D = (int)cfg->n_embd, F = (int)cfg->n_ff, rc = 0;
     bool pdl = c->knobs.pdl != 0;
     c->launches = 0;
+    c->n_marks = 0;
+    if (c->prof_cap) cudaEventRecordWithFlags(c->pev[0], c->st, cudaEventRecordExternal);
     rl_embed_launch(&c->emb, c->io, c->x, c->st); /* the first node: a plain launch */
     c->launches++;
+    mark(c, "embed", (double)c->emb.q_row + (double)c->emb.s_row);
     for (size_t l = 0; l < cfg->n_layer; l++) {
         const dlayer *L = &c->lay[l];
         uint16_t *kc = c->kc + l * c->n_ctx * c->kv_dim, *vc = c->vc + l * c->n_ctx * c->kv_dim;
@@ -236,9 +261,11 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         a.io = c->io;
         a.hd = (int)cfg->head_dim;
         a.rope_dim = (int)cfg->rope_dim;
+        a.fast = c->fast;
         int k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
         if (k < 0) rc = -1;
         else c->launches += (size_t)k;
+        mark(c, fold ? "qkv+rope+kv" : "qkv", dmat_bytes(&L->wq) + dmat_bytes(&L->wk) + dmat_bytes(&L->wv));
         /* rope + cache write (unless folded), then attention */
         rl_att_args t;
         memset(&t, 0, sizeof t);
@@ -267,11 +294,14 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         if (!fold) {
             rl_rope_kv_launch(&t, pdl, c->st);
             c->launches++;
+            mark(c, "rope+kv", 0);
         }
         rl_attention_launch(&t, pdl, c->st);
         c->launches++;
+        mark(c, "attention", -1);
         /* x += Wo · att */
         mv1(c, &L->wo, NULL, c->x, RL_MV_ADD, c->att, NULL, (int)c->q_dim, &rc);
+        mark(c, "wo+residual", dmat_bytes(&L->wo));
         /* hb = silu(Wg · rmsnorm(x)) * (Wu · rmsnorm(x)): one launch */
         memset(&a, 0, sizeof a);
         seg(&a.seg[0], &L->wg, NULL, c->hb, NULL, false);
@@ -282,21 +312,26 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         a.norm_w = L->ffn_norm;
         a.eps = cfg->norm_eps;
         a.n = D;
+        a.fast = c->fast;
         k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
         if (k < 0) rc = -1;
         else c->launches += (size_t)k;
+        mark(c, "gate+up+silu", dmat_bytes(&L->wg) + dmat_bytes(&L->wu));
         /* x += Wd · hb */
         mv1(c, &L->wd, NULL, c->x, RL_MV_ADD, c->hb, NULL, F, &rc);
+        mark(c, "down+residual", dmat_bytes(&L->wd));
     }
     mv1(c, &c->out, NULL, c->logits, RL_MV_STORE, c->x, c->out_norm, D, &rc);
+    mark(c, "norm+lm_head", dmat_bytes(&c->out));
     rl_argmax_launch(c->logits, (int)cfg->n_vocab, c->amax, pdl, c->st);
     c->launches++;
+    mark(c, "argmax", 0);
     CK(cudaGetLastError());
     if (rc) return rl_fail(e, "CUDA: a matvec launch failed");
     return 0;
 }
 
-static int capture1(rl_cuda *c, rl_err *e) {
+static int capture_into(rl_cuda *c, cudaGraphExec_t *out, rl_err *e) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
     int rc = enqueue_token(c, e);
@@ -306,11 +341,13 @@ static int capture1(rl_cuda *c, rl_err *e) {
         return -1;
     }
     CK(err);
-    err = cudaGraphInstantiate(&c->graph, g, 0);
+    err = cudaGraphInstantiate(out, g, 0);
     cudaGraphDestroy(g);
     CK(err);
     return 0;
 }
+
+static int capture1(rl_cuda *c, rl_err *e) { return capture_into(c, &c->graph, e); }
 
 /* With PDL first; if the driver refuses programmatic edges in a graph, again without. */
 static int capture(rl_cuda *c, rl_err *e) {
@@ -327,6 +364,12 @@ static void cuda_free(void *impl) {
     rl_cuda *c = (rl_cuda *)impl;
     if (!c) return;
     if (c->graph) cudaGraphExecDestroy(c->graph);
+    if (c->pgraph) cudaGraphExecDestroy(c->pgraph);
+    for (int i = 0; c->pev && i <= c->max_marks; i++)
+        if (c->pev[i]) cudaEventDestroy(c->pev[i]);
+    free(c->pev);
+    free(c->plabel);
+    free(c->pbytes);
     if (c->st) cudaStreamDestroy(c->st);
     cudaFree(c->warena);
     cudaFree(c->aarena);
@@ -342,6 +385,60 @@ static size_t cuda_n_ctx(const void *impl) { return ((const rl_cuda *)impl)->n_c
 static size_t cuda_kv_read(const void *impl, size_t pos) {
     const rl_cuda *c = (const rl_cuda *)impl;
     return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_dim * sizeof(uint16_t);
+}
+
+/* Adds the step times of the token just launched (profile graph) to the table. */
+static int prof_collect(rl_cuda *c, size_t pos, rl_err *e) {
+    CK(cudaStreamSynchronize(c->st));
+    for (int i = 0; i < c->n_marks; i++) {
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, c->pev[i], c->pev[i + 1]));
+        double bytes = c->pbytes[i] >= 0 ? c->pbytes[i] : 2.0 * (double)(pos + 1) * (double)c->kv_dim * 2.0;
+        size_t r = 0;
+        while (r < c->n_prow && strcmp(c->prow[r].name, c->plabel[i])) r++;
+        if (r == c->n_prow) {
+            if (r == sizeof c->prow / sizeof *c->prow) continue;
+            memset(&c->prow[r], 0, sizeof c->prow[r]);
+            snprintf(c->prow[r].name, sizeof c->prow[r].name, "%s", c->plabel[i]);
+            c->n_prow++;
+        }
+        c->prow[r].calls++;
+        c->prow[r].us += ms * 1e3;
+        c->prow[r].bytes += bytes;
+    }
+    return 0;
+}
+
+static int cuda_profile(void *impl, bool on, rl_err *e) {
+    rl_cuda *c = (rl_cuda *)impl;
+    c->n_prow = 0;
+    if (!on) {
+        c->prof_on = false;
+        return 0;
+    }
+    if (!c->pgraph) {
+        c->max_marks = (int)(c->m->cfg.n_layer * 8 + 8);
+        c->pev = (cudaEvent_t *)calloc((size_t)c->max_marks + 1, sizeof *c->pev);
+        c->plabel = (const char **)calloc((size_t)c->max_marks, sizeof *c->plabel);
+        c->pbytes = (double *)calloc((size_t)c->max_marks, sizeof *c->pbytes);
+        if (!c->pev || !c->plabel || !c->pbytes) return rl_fail(e, "out of memory");
+        for (int i = 0; i <= c->max_marks; i++) CK(cudaEventCreate(&c->pev[i]));
+        c->prof_cap = true;
+        size_t launches = c->launches;
+        int rc = capture_into(c, &c->pgraph, e);
+        c->prof_cap = false;
+        c->launches = launches;
+        if (rc) return -1;
+    }
+    c->prof_on = true;
+    return 0;
+}
+
+static size_t cuda_profile_rows(void *impl, rl_prof_row *rows, size_t cap) {
+    rl_cuda *c = (rl_cuda *)impl;
+    size_t n = c->n_prow < cap ? c->n_prow : cap;
+    memcpy(rows, c->prow, n * sizeof *rows);
+    return n;
 }
 
 static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos, float *logits,
@@ -361,7 +458,8 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
         h->tok = tokens[s];
         h->pos = (int32_t)(pos + s);
         CK(cudaMemcpyAsync(c->io, h, sizeof *h, cudaMemcpyHostToDevice, c->st));
-        CK(cudaGraphLaunch(c->graph, c->st));
+        CK(cudaGraphLaunch(c->prof_on ? c->pgraph : c->graph, c->st));
+        if (c->prof_on && prof_collect(c, pos + s, e)) return -1;
         bool want = logits && (all_logits || s == S - 1);
         if (want) {
             CK(cudaMemcpyAsync(c->h_logits, c->logits, nv * sizeof(float), cudaMemcpyDeviceToHost, c->st));
@@ -409,7 +507,8 @@ out:
     return best;
 }
 
-static const rl_backend_ops k_cuda_ops = {cuda_free, cuda_n_ctx, cuda_kv_read, cuda_forward, cuda_ceiling};
+static const rl_backend_ops k_cuda_ops = {cuda_free,    cuda_n_ctx,   cuda_kv_read,     cuda_forward,
+                                          cuda_ceiling, cuda_profile, cuda_profile_rows};
 
 extern "C" bool rl_cuda_device_present(void) {
     int n = 0;
@@ -424,6 +523,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
                      size_t name_cap, rl_err *e) {
     const rl_config *cfg = &m->cfg;
     c->m = m;
+    c->fast = !o->exact;
     if (read_knobs(&c->knobs, e)) return -1;
     if (o->kv_f32) return rl_fail(e, "CUDA: the fp32 KV cache (--kv-type f32) is CPU-only; the GPU keeps an f16 cache");
     if (!rl_cuda_device_present()) return rl_fail(e, "CUDA: no CUDA device found");
@@ -451,9 +551,10 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     }
     size_t mx = cfg->n_embd > c->q_dim ? cfg->n_embd : c->q_dim;
     c->max_n = mx > cfg->n_ff ? mx : cfg->n_ff;
-    if (rl_mv_smem((int)c->max_n) > (size_t)p.sharedMemPerBlockOptin)
+    size_t smem_need = rl_mv_smem((int)c->max_n, true);
+    if (smem_need > (size_t)p.sharedMemPerBlockOptin)
         return rl_fail(e, "CUDA: an input of %zu values needs %zu bytes of shared memory; %s has %zu",
-                       c->max_n, rl_mv_smem((int)c->max_n), p.name, (size_t)p.sharedMemPerBlockOptin);
+                       c->max_n, smem_need, p.name, (size_t)p.sharedMemPerBlockOptin);
     CK((cudaError_t)rl_mv_prepare((int)c->max_n));
     c->lay = (dlayer *)calloc(cfg->n_layer, sizeof *c->lay);
     float *inv = (float *)malloc((cfg->rope_dim / 2 + 1) * sizeof(float));
@@ -529,7 +630,8 @@ extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_o
     b->impl = c;
     b->device = RL_DEVICE_CUDA;
     b->n_threads = 1;
-    b->numerics = "fp32 activations";
+    b->numerics = c->fast ? "8-bit activations for quantized weights, fp32 for float weights"
+                          : "fp32 activations (--exact)";
     return 0;
 }
 
@@ -543,7 +645,7 @@ extern "C" int32_t rl_cuda_last_argmax(void *impl) { return *((rl_cuda *)impl)->
 
 extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols,
                                    size_t row_bytes, const float *x, const float *norm_w, float eps,
-                                   int mode, float *y, rl_err *e) {
+                                   int mode, bool fast, float *y, rl_err *e) {
     rl_cuda c;
     memset(&c, 0, sizeof c);
     if (read_knobs(&c.knobs, e)) return -1;
@@ -555,7 +657,7 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
     size_t out_rows = mode == RL_MV_GLU ? rows / 2 : rows;
     if (put_mat(&c, &mat, &d, "test matrix", e)) return -1;
     c.wbytes = c.woff;
-    if (dev_alloc((void **)&c.warena, c.wbytes + align256(cols * 4) * 2 + align256(rows * 4), "test", e))
+    if (dev_alloc((void **)&c.warena, c.wbytes + align256(cols * 4) * 2 + align256(rows * 4) + 256, "test", e))
         return -1;
     c.woff = 0;
     int rc = put_mat(&c, &mat, &d, "test matrix", e);
@@ -586,6 +688,7 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
         a.norm_w = norm_w ? dn : NULL;
         a.eps = eps;
         a.n = (int)cols;
+        a.fast = fast;
         if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0) < 0 ||
             cudaDeviceSynchronize() || cudaMemcpy(y, dy, out_rows * 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));
@@ -593,6 +696,8 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
     cudaFree(c.warena);
     return rc;
 }
+
+extern "C" bool rl_cuda_has_q8(uint32_t type) { return rl_mv_q8(type); }
 
 extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e) {
     float *dv = NULL;

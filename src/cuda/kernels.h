@@ -100,6 +100,7 @@ struct rl_mv_args {
     const float *inv_freq; /* [rope_dim / 2] */
     const rl_cuda_io *io;  /* the position (also for y16) */
     int hd, rope_dim;
+    bool fast;             /* 8-bit activations for the types that have them (rl_mv_q8) */
 };
 
 /* Tile knobs (rl_cuda_knobs, read once from the environment). */
@@ -115,8 +116,11 @@ struct rl_cuda_knobs {
 /* Launches one matvec (or one per segment when their types differ, or gate then up when the
  * GLU's two types differ). Returns the number of kernels launched, or -1 on a launch error. */
 int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
-/* Dynamic shared memory one matvec block needs for an input of n values. */
-size_t rl_mv_smem(int n);
+/* Dynamic shared memory one matvec block needs for an input of n values (q8: with the 8-bit
+ * activation planes). */
+size_t rl_mv_smem(int n, bool q8);
+/* Whether the type's matvec has the 8-bit-activation path (the CPU's fast path). */
+bool rl_mv_q8(uint32_t type);
 /* Raises the matvec kernel's dynamic shared-memory limit to cover n values; cudaError_t. */
 int rl_mv_prepare(int max_n);
 

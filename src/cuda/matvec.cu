@@ -1,6 +1,11 @@
 /* Fused dequant-matvec for every weight type of the CPU backend, plus the embedding lookup
  * (which uses the same dequantisers).
  *
+ * v2.1: Q4_0 and Q8_0 also have the CPU's 8-bit-activation path (default, off with --exact):
+ * the prologue rounds the staged input to int8 blocks and the chunk dots are dp4a, ~1/4 of the
+ * instructions per weight of the fp32 path. (A v3 with one block per 8 rows and the rounding
+ * done once by the producer's last block was slower: docs/PERF.md.)
+ *
  * Design (v2): one kernel instantiation per weight type (v1 had one kernel for all eight
  * types at 116 registers, so 16 warps/SM; Q4_0/F16/BF16 now fit 64 registers, 32 warps/SM).
  * A warp works on two rows at once (gate r and up r for the GLU, rows 2i and 2i+1 otherwise,
@@ -17,6 +22,11 @@
 #include "types.h"
 
 #define XPAD(i) ((i) + ((i) >> 5) * 4) /* padded shared-memory index of input element i */
+
+/* Shared memory of one block for an input of n values: the staged fp32 input (padded), then,
+ * with 8-bit activations, its rl_q8a form in three planes: int8 values [n] (16-byte aligned),
+ * scales d [n/32] and integer sums [n/32]. */
+__host__ __device__ inline size_t xs_f32_bytes(int n) { return ((size_t)XPAD(n) * 4 + 15) & ~(size_t)15; }
 
 /* ---- device layout ---------------------------------------------------------------------- */
 
@@ -257,6 +267,15 @@ template <int T> struct mv_tr {
     static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : T == RL_Q8_0 ? 3 : 2;
 };
 
+/* Types whose matvec has the 8-bit-activation path (the CPU's fast path, src/quant.h): the
+ * input is rounded once per block to rl_q8a (d = amax/127, q = rint(x * 127/amax), exactly as
+ * rl_q8a_quant_row_ref), and each 32-value chunk is an exact integer dot (dp4a) times the
+ * scales, so a chunk's term is the CPU's bit for bit; only the order the terms are summed
+ * differs. */
+__host__ __device__ constexpr bool q8_ok(int T) {
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_Q4_K || T == RL_Q5_K || T == RL_Q6_K;
+}
+
 template <int T> struct raw_chunk {
     uint4 v[mv_tr<T>::NV > 0 ? mv_tr<T>::NV : 1];
     uint32_t d; /* fp16 scale bits (Q4_0, Q8_0) */
@@ -355,6 +374,114 @@ __device__ __forceinline__ void dot2(const raw_chunk<T> *r, const float *xc, flo
     }
 }
 
+/* The 8-bit-activation chunk dot of one row: xw = the chunk's 32 int8 inputs as 8 words, xd
+ * their scale, xsum their integer sum. Q4_0: sum((q - 8) * x) = dp4a(q, x) - 8 * sum(x).
+ * The term is (d_w * d_x) * (float)dot, the CPU reference's expression, bit for bit. */
+template <int T>
+__device__ __forceinline__ float dot_q8(const raw_chunk<T> &r, const int *xw, float xd, int xsum) {
+    int dot = 0;
+    if constexpr (T == RL_Q4_0) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t u = word(r.v[0], k);
+            dot = __dp4a((int)(u & 0x0F0F0F0Fu), xw[k], dot);
+            dot = __dp4a((int)((u >> 4) & 0x0F0F0F0Fu), xw[4 + k], dot);
+        }
+        dot -= 8 * xsum;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) dot = __dp4a((int)word(r.v[k / 4], k % 4), xw[k], dot);
+    }
+    return __fmul_rn(h2f((uint16_t)r.d), xd) * (float)dot;
+}
+
+/* K-quant sub-block c (32 values of super-block c / 8) against the chunk's int8 inputs, with the
+ * CPU reference's integer sums and float expressions (src/quant.c ref_fast_dot):
+ *   Q4_K/Q5_K: (d * d_x) * (float)(sc * dot) - (dmin * m) * s_x,  s_x = d_x * (float)sum(x)
+ *   Q6_K:      (d * d_x) * (float)(sc_lo * dot_lo + sc_hi * dot_hi), dot over (q - 32) * x
+ * Q4_K/Q5_K blocks are 16-byte aligned (144 / 176 bytes); Q6_K's 210-byte blocks only 2-byte,
+ * so its quants are read as 16-bit pairs. */
+template <int T>
+__device__ __forceinline__ float kq_dot_q8(const uint8_t *w, int c, const int *xw, float xd, int xsum) {
+    const int sb = c % 8;
+    if constexpr (T == RL_Q4_K || T == RL_Q5_K) {
+        constexpr bool FIVE = T == RL_Q5_K;
+        const uint8_t *b = w + (size_t)(c / 8) * (FIVE ? 176 : 144);
+        const uint4 *qp = (const uint4 *)(b + (FIVE ? 48 : 16) + 32 * (sb / 2));
+        uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1);
+        uint32_t u[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w}, h[8];
+        if constexpr (FIVE) {
+            const uint4 *hp = (const uint4 *)(b + 16);
+            uint4 h0 = __ldg(hp), h1 = __ldg(hp + 1);
+            h[0] = h0.x; h[1] = h0.y; h[2] = h0.z; h[3] = h0.w;
+            h[4] = h1.x; h[5] = h1.y; h[6] = h1.z; h[7] = h1.w;
+        }
+        int sc, mn;
+        scale_min_k4(sb, b + 4, &sc, &mn);
+        const int shift = (sb & 1) * 4;
+        int dot = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t q = (u[k] >> shift) & 0x0F0F0F0Fu;
+            if constexpr (FIVE) q |= ((h[k] >> sb) & 0x01010101u) << 4;
+            dot = __dp4a((int)q, xw[k], dot);
+        }
+        float dx = __fmul_rn(ldh(b), xd), sx = __fmul_rn(xd, (float)xsum);
+        return __fsub_rn(__fmul_rn(dx, (float)(sc * dot)), __fmul_rn(__fmul_rn(ldh(b + 2), (float)mn), sx));
+    } else {
+        const uint8_t *b = w + (size_t)(c / 8) * 210;
+        const int hh = sb / 4, g = sb % 4;
+        const unsigned short *ql = (const unsigned short *)(b + 64 * hh + 32 * (g & 1));
+        const unsigned short *qh = (const unsigned short *)(b + 128 + 32 * hh);
+        int dl = 0, dh = 0, xl = 0, xh = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t lo = (uint32_t)__ldg(ql + 2 * k) | ((uint32_t)__ldg(ql + 2 * k + 1) << 16);
+            uint32_t hi = (uint32_t)__ldg(qh + 2 * k) | ((uint32_t)__ldg(qh + 2 * k + 1) << 16);
+            uint32_t q = ((lo >> (4 * (g / 2))) & 0x0F0F0F0Fu) | (((hi >> (2 * g)) & 0x03030303u) << 4);
+            if (k < 4) {
+                dl = __dp4a((int)q, xw[k], dl);
+                xl = __dp4a(0x01010101, xw[k], xl);
+            } else {
+                dh = __dp4a((int)q, xw[k], dh);
+                xh = __dp4a(0x01010101, xw[k], xh);
+            }
+        }
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + 2 * g);
+        int dot = sc[0] * (dl - 32 * xl) + sc[1] * (dh - 32 * xh);
+        return __fmul_rn(__fmul_rn(ldh(b + 208), xd), (float)dot);
+    }
+}
+
+/* Rounds the staged input (xs, padded fp32) to rl_q8a planes, one thread per 32-value chunk,
+ * with rl_q8a_quant_row_ref's operations (IEEE division, round-half-even). */
+__device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsum) {
+    for (int c = threadIdx.x; c < n / 32; c += blockDim.x) {
+        const float *v = xs + c * 36;
+        float amax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+        float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        int sum = 0;
+        uint32_t w[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t u = 0;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                int q = __float2int_rn(__fmul_rn(v[4 * k + b], id));
+                sum += q;
+                u |= (uint32_t)(q & 0xff) << (8 * b);
+            }
+            w[k] = u;
+        }
+        *(uint4 *)(xq + c * 32) = make_uint4(w[0], w[1], w[2], w[3]);
+        *(uint4 *)(xq + c * 32 + 16) = make_uint4(w[4], w[5], w[6], w[7]);
+        xd[c] = d;
+        xsum[c] = sum;
+    }
+}
+
 __device__ __forceinline__ const uint8_t *qrow(const rl_dmat &m, int r) { return m.q + (size_t)r * m.q_row; }
 __device__ __forceinline__ const uint8_t *srow(const rl_dmat &m, int r) {
     return m.s ? m.s + (size_t)r * m.s_row : nullptr;
@@ -402,7 +529,7 @@ __device__ __forceinline__ void mv_store(const rl_mv_args &a, const rl_mv_seg &s
  * shared memory, RMS-normalised as the CPU does (sum of squares in double, then w * (x * r)),
  * padded by 4 floats per 32 so a quarter-warp's 16-byte loads hit distinct banks. Lane l takes
  * chunks l, l + 32, ... of both rows; lane sums meet in a fixed butterfly (no atomics). */
-template <int T, bool GLU>
+template <int T, bool GLU, bool Q8>
 __global__ void __launch_bounds__(256, mv_tr<T>::MINB) mv_kernel(const rl_mv_args a) {
     constexpr int U = mv_tr<T>::U;
     extern __shared__ float xs[];
@@ -447,6 +574,13 @@ __global__ void __launch_bounds__(256, mv_tr<T>::MINB) mv_kernel(const rl_mv_arg
     for (int i = tid; i < n; i += nt)
         xs[XPAD(i)] = a.norm_w ? __fmul_rn(a.norm_w[i], __fmul_rn(a.x[i], r)) : a.x[i];
     __syncthreads();
+    int8_t *xq = (int8_t *)((char *)xs + xs_f32_bytes(n));
+    float *xd = (float *)(xq + n);
+    int *xsum = (int *)(xd + nch);
+    if (Q8) {
+        quant_x8(xs, n, xq, xd, xsum);
+        __syncthreads();
+    }
 
     const int pos = a.io ? a.io->pos : 0;
     for (; p < items; p += G) {
@@ -467,7 +601,18 @@ __global__ void __launch_bounds__(256, mv_tr<T>::MINB) mv_kernel(const rl_mv_arg
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 int c = lane + 32 * (j0 + u);
-                if (c < nch) dot2<T>(rw[u], xs + c * 36, acc, t.w, t.s, c);
+                if (c >= nch) continue;
+                if constexpr (Q8) {
+                    const int4 xa = *(const int4 *)(xq + c * 32), xb = *(const int4 *)(xq + c * 32 + 16);
+                    const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        if constexpr (mv_tr<T>::NV > 0) acc[i] += dot_q8<T>(rw[u][i], xw, xd[c], xsum[c]);
+                        else acc[i] += kq_dot_q8<T>(t.w[i], c, xw, xd[c], xsum[c]);
+                    }
+                } else {
+                    dot2<T>(rw[u], xs + c * 36, acc, t.w, t.s, c);
+                }
             }
         }
 #pragma unroll
@@ -501,29 +646,40 @@ __global__ void __launch_bounds__(256, mv_tr<T>::MINB) mv_kernel(const rl_mv_arg
 
 typedef void (*mv_fn)(const rl_mv_args);
 
-static mv_fn mv_kernel_for(uint32_t type, bool glu) {
+template <int T> static mv_fn mv_pick(bool glu, bool q8) {
+    if constexpr (q8_ok(T))
+        if (q8) return glu ? mv_kernel<T, true, true> : mv_kernel<T, false, true>;
+    return glu ? mv_kernel<T, true, false> : mv_kernel<T, false, false>;
+}
+
+static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8) {
     switch (type) {
-    case RL_F32: return glu ? mv_kernel<RL_F32, true> : mv_kernel<RL_F32, false>;
-    case RL_F16: return glu ? mv_kernel<RL_F16, true> : mv_kernel<RL_F16, false>;
-    case RL_BF16: return glu ? mv_kernel<RL_BF16, true> : mv_kernel<RL_BF16, false>;
-    case RL_Q4_0: return glu ? mv_kernel<RL_Q4_0, true> : mv_kernel<RL_Q4_0, false>;
-    case RL_Q8_0: return glu ? mv_kernel<RL_Q8_0, true> : mv_kernel<RL_Q8_0, false>;
-    case RL_Q4_K: return glu ? mv_kernel<RL_Q4_K, true> : mv_kernel<RL_Q4_K, false>;
-    case RL_Q5_K: return glu ? mv_kernel<RL_Q5_K, true> : mv_kernel<RL_Q5_K, false>;
-    default: return glu ? mv_kernel<RL_Q6_K, true> : mv_kernel<RL_Q6_K, false>;
+    case RL_F32: return mv_pick<RL_F32>(glu, q8);
+    case RL_F16: return mv_pick<RL_F16>(glu, q8);
+    case RL_BF16: return mv_pick<RL_BF16>(glu, q8);
+    case RL_Q4_0: return mv_pick<RL_Q4_0>(glu, q8);
+    case RL_Q8_0: return mv_pick<RL_Q8_0>(glu, q8);
+    case RL_Q4_K: return mv_pick<RL_Q4_K>(glu, q8);
+    case RL_Q5_K: return mv_pick<RL_Q5_K>(glu, q8);
+    default: return mv_pick<RL_Q6_K>(glu, q8);
     }
 }
 
-size_t rl_mv_smem(int n) { return (size_t)XPAD(n) * sizeof(float) + 16; }
+bool rl_mv_q8(uint32_t type) { return q8_ok((int)type); }
+
+size_t rl_mv_smem(int n, bool q8) {
+    return xs_f32_bytes(n) + (q8 ? (size_t)n + (size_t)(n / 32) * 8 : 0) + 16;
+}
 
 int rl_mv_prepare(int max_n) {
     const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_K, RL_Q5_K, RL_Q6_K};
     for (uint32_t t : types)
-        for (int g = 0; g < 2; g++) {
-            cudaError_t err = cudaFuncSetAttribute(mv_kernel_for(t, g), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   (int)rl_mv_smem(max_n));
-            if (err != cudaSuccess) return (int)err;
-        }
+        for (int g = 0; g < 2; g++)
+            for (int q = 0; q < 2; q++) {
+                cudaError_t err = cudaFuncSetAttribute(mv_kernel_for(t, g, q), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                       (int)rl_mv_smem(max_n, q));
+                if (err != cudaSuccess) return (int)err;
+            }
     return 0;
 }
 
@@ -536,9 +692,10 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
     if (glu) items = a->seg[0].w.rows;
     else
         for (int i = 0; i < a->nseg; i++) items += (a->seg[i].w.rows + 1) / 2;
-    mv_fn f = mv_kernel_for(a->seg[0].w.type, glu);
+    bool q8 = a->fast && rl_mv_q8(a->seg[0].w.type);
+    mv_fn f = mv_kernel_for(a->seg[0].w.type, glu, q8);
     int warps = k->mv_warps, blocks = (items + warps - 1) / warps, occ = 0;
-    size_t smem = rl_mv_smem(a->n);
+    size_t smem = rl_mv_smem(a->n, q8);
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, warps * 32, smem) != cudaSuccess || occ < 1)
         occ = 1;
     if (occ > k->mv_blocks_per_sm) occ = k->mv_blocks_per_sm;

@@ -2,7 +2,7 @@
 # Runs on the GPU machine (tests/cuda/README in docs/CUDA.md): kernel tests, GPU-vs-CPU logits on
 # the shipped models and on random models of real shapes, greedy sequences, run-to-run bits,
 # compute-sanitizer, then tg128 speeds. Prints a short table last; logs go to $OUT (or /tmp).
-#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r s b d b7 a t p")
+#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r s b d b7 a t p pf")
 set -u
 B=${1:-build-cuda}
 STAGES=${2:-"k e r s b"}
@@ -27,38 +27,51 @@ if ! "$B/rawloop" --help >/dev/null 2>&1 && ! "$B/rawloop" help >/dev/null 2>&1;
 fi
 R="$B/rawloop"
 
-# compare CPU-exact vs GPU logits: max over positions of max|g-c|/max|c|, argmax agreement,
-# and whether two GPU runs gave the same bytes
-cmp_logits() { # name model ids
-    local name=$1 model=$2 ids=$3
+# CPU vs GPU logits. MODE "--exact" (fp32 activations on both): max over positions of
+# max|g-c|/max|c| <= 1e-3. MODE "" (the default fast path: 8-bit activations where the weight
+# type has them): the GPU reproduces each chunk term of the CPU's fast path exactly, but sums
+# them in another order, and one int8 rounding flip at a .5 boundary then cascades (the CPU's
+# own scalar and AVX2 fast paths differ by 1.3e-2 on the shipped model); the fast path is held
+# to the fast class against CPU --exact (<= 5e-2), and its distance to the CPU fast path is
+# printed. Both: argmax agreement, and two GPU runs must give the same bytes.
+cmp_logits() { # name model ids [MODE]
+    local name=$1 model=$2 ids=$3 mode=${4:-}
     local t=$(date +%s)
-    "$R" logits --device cpu --exact -m "$model" --ids "$ids" -o /tmp/lc.bin >>"$LOG" 2>&1 || { row "| $name | logits | CPU run failed | |"; return; }
-    "$R" logits --device cuda -m "$model" --ids "$ids" -o /tmp/lg1.bin >>"$LOG" 2>&1 || { row "| $name | logits | GPU run failed | |"; return; }
-    "$R" logits --device cuda -m "$model" --ids "$ids" -o /tmp/lg2.bin >>"$LOG" 2>&1
-    python3 - "$name" "$ids" "$(( $(date +%s) - t ))" >>"$SUMMARY" 2>>"$LOG" <<'EOF'
+    local tag=${mode:-fast}
+    "$R" logits --device cpu --exact -m "$model" --ids "$ids" -o /tmp/lc.bin >>"$LOG" 2>&1 || { row "| $name | logits $tag | CPU run failed | |"; return; }
+    if [ -z "$mode" ]; then "$R" logits --device cpu -m "$model" --ids "$ids" -o /tmp/lcf.bin >>"$LOG" 2>&1; else cp /tmp/lc.bin /tmp/lcf.bin; fi
+    "$R" logits --device cuda $mode -m "$model" --ids "$ids" -o /tmp/lg1.bin >>"$LOG" 2>&1 || { row "| $name | logits $tag | GPU run failed | |"; return; }
+    "$R" logits --device cuda $mode -m "$model" --ids "$ids" -o /tmp/lg2.bin >>"$LOG" 2>&1
+    python3 - "$name" "$ids" "$(( $(date +%s) - t ))" "$tag" >>"$SUMMARY" 2>>"$LOG" <<'EOF'
 import sys, numpy as np
-name, ids, secs = sys.argv[1], sys.argv[2].split(), sys.argv[3]
+name, ids, secs, tag = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
 n = len(ids)
 c = np.fromfile('/tmp/lc.bin', dtype=np.float32).reshape(n, -1)
+cf = np.fromfile('/tmp/lcf.bin', dtype=np.float32).reshape(n, -1)
 g = np.fromfile('/tmp/lg1.bin', dtype=np.float32).reshape(n, -1)
 g2 = np.fromfile('/tmp/lg2.bin', dtype=np.float32).reshape(n, -1)
-rel = (np.abs(g - c).max(axis=1) / np.abs(c).max(axis=1)).max()
+rel = lambda a, b: (np.abs(a - b).max(axis=1) / np.abs(b).max(axis=1)).max()
+r, rf = rel(g, c), rel(g, cf)
 am = int((g.argmax(1) == c.argmax(1)).sum())
 same = np.array_equal(g.view(np.uint32), g2.view(np.uint32))
-ok = rel <= 1e-3 and np.isfinite(g).all() and same
-print(f"| {name} | logits {n} pos | rel err {rel:.2e}, argmax {am}/{n}, run-to-run {'identical' if same else 'DIFFERENT'} | {'PASS' if ok else 'FAIL'} ({secs}s) |")
+bound = 1e-3 if tag == '--exact' else 5e-2
+ok = r <= bound and np.isfinite(g).all() and same
+extra = '' if tag == '--exact' else f' (vs CPU fast {rf:.2e})'
+print(f"| {name} | logits {n} pos, {tag} | rel err vs CPU --exact {r:.2e}{extra} (bound {bound:g}), argmax {am}/{n}, run-to-run {'identical' if same else 'DIFFERENT'} | {'PASS' if ok else 'FAIL'} ({secs}s) |")
 EOF
 }
+cmp2() { cmp_logits "$1" "$2" "$3" --exact; cmp_logits "$1" "$2" "$3"; }
 
-greedy() { # name model
-    local name=$1 model=$2
+greedy() { # name model [MODE]
+    local name=$1 model=$2 mode=${3:-}
     local a b
-    a=$("$R" run --device cpu --exact -m "$model" --ids "1 45 496 31" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
-    b=$("$R" run --device cuda -m "$model" --ids "1 45 496 31" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
-    echo "greedy $name cpu: $a" >>"$LOG"
-    echo "greedy $name gpu: $b" >>"$LOG"
-    if [ -n "$a" ] && [ "$a" == "$b" ]; then row "| $name | greedy 24 tokens | identical to CPU --exact | PASS |"
-    else row "| $name | greedy 24 tokens | differs from CPU --exact (see log) | FAIL |"; fi
+    a=$("$R" run --device cpu $mode -m "$model" --ids "1 45 496 31" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
+    b=$("$R" run --device cuda $mode -m "$model" --ids "1 45 496 31" -n 24 --temp 0 --ignore-eos --print-ids 2>>"$LOG" | tail -1)
+    echo "greedy $name ${mode:-fast} cpu: $a" >>"$LOG"
+    echo "greedy $name ${mode:-fast} gpu: $b" >>"$LOG"
+    if [ -n "$a" ] && [ "$a" == "$b" ]; then row "| $name | greedy 24 tokens, ${mode:-fast} | identical to CPU | PASS |"
+    elif [ -z "$mode" ]; then row "| $name | greedy 24 tokens, fast | differs from the CPU fast path (possible: see cmp_logits) | INFO |"
+    else row "| $name | greedy 24 tokens, ${mode:-fast} | differs from CPU (see log) | FAIL |"; fi
 }
 
 row "| model | test | result | verdict |"
@@ -77,12 +90,13 @@ if has e; then
     say "== shipped models"
     # token ids must be < 4096 for the shipped tokenizer
     IDS_SHIP="1 45 496 31 263 931 2989 338 263 1243 310 278 1566 1788 2988 13 157 1023 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
-    cmp_logits "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_SHIP"
+    cmp2 "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_SHIP"
     cmp_logits "rawloop-draft F16" models/rawloop-draft-f16.gguf "$IDS_SHIP"
+    greedy "rawloop-small Q8_0" models/rawloop-small.gguf --exact
     greedy "rawloop-small Q8_0" models/rawloop-small.gguf
     # 600 positions: many attention splits, and the widened splits past 16 * 32 positions
     IDS_LONG=$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(600)))")
-    cmp_logits "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_LONG"
+    cmp2 "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_LONG"
 fi
 
 if has r; then
@@ -91,8 +105,9 @@ if has r; then
         set -- $spec
         f="$M/$1-$2.gguf"
         [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1 || { row "| $1 $2 | mkmodel | failed | FAIL |"; continue; }
-        cmp_logits "$1 $2" "$f" "$IDS_TINY"
+        cmp2 "$1 $2" "$f" "$IDS_TINY"
     done
+    greedy "tinyllama-1.1b Q4_0" "$M/tinyllama-1.1b-Q4_0.gguf" --exact
     greedy "tinyllama-1.1b Q4_0" "$M/tinyllama-1.1b-Q4_0.gguf"
 fi
 
@@ -188,5 +203,13 @@ if has b7; then
     bench "llama2-7b Q4_0" "$f"
 fi
 
+if has pf; then # per-step profile (rawloop bench --profile) of the speed models
+    for spec in "tinyllama-1.1b-Q4_0" "tinyllama-1.1b-F16" "llama2-7b-Q4_0"; do
+        f="$M/$spec.gguf"
+        [ -f "$f" ] || continue
+        echo "### $spec" >>"$OUT/profile.md"
+        "$R" bench --device cuda -m "$f" -p 0 -n 32 -r 1 --no-ceiling --profile 2>>"$LOG" >>"$OUT/profile.md"
+    done
+fi
 say "== done in $(( $(date +%s) - T0 )) s"
 cat "$SUMMARY"

@@ -18,7 +18,10 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((rs >> 11) * 0x1p-53 * 2.0 - 1.0);
 }
 
-static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int with_norm) {
+/* fast: the 8-bit-activation path where the type has one; its reference is the CPU's own fast
+ * path (rl_mm_rows_ref on rl_q8a_quant_row_ref of the normalised input), whose per-chunk terms
+ * the GPU reproduces exactly (only the summation order differs). */
+static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int with_norm, bool fast) {
     size_t rb = rl_row_bytes(type, cols);
     uint8_t *w = malloc(rows * rb);
     float *row = malloc(cols * sizeof(float)), *x = malloc(cols * sizeof(float));
@@ -39,11 +42,24 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
     } else {
         memcpy(xn, x, cols * sizeof(float));
     }
-    for (size_t r = 0; r < rows; r++) {
-        rl_dequant_row(type, w + r * rb, row, cols);
-        double s = 0;
-        for (size_t i = 0; i < cols; i++) s += (double)row[i] * xn[i];
-        ref[r] = s;
+    fast = fast && rl_cuda_has_q8(type);
+    if (fast) {
+        rl_q8a *xq = malloc(rl_q8a_row_bytes(cols));
+        float *yf = malloc(rows * sizeof(float));
+        rl_q8a_quant_row_ref(xn, xq, cols);
+        rl_mm m = {.type = type, .w = w, .row_bytes = rb, .n = cols, .S = 1, .x = xn, .xq = xq,
+                   .y = yf, .ys = rows};
+        rl_mm_rows_ref(&m, 0, rows);
+        for (size_t r = 0; r < rows; r++) ref[r] = yf[r];
+        free(xq);
+        free(yf);
+    } else {
+        for (size_t r = 0; r < rows; r++) {
+            rl_dequant_row(type, w + r * rb, row, cols);
+            double s = 0;
+            for (size_t i = 0; i < cols; i++) s += (double)row[i] * xn[i];
+            ref[r] = s;
+        }
     }
     for (size_t r = 0; r < out; r++) y[r] = init[r] = mode == 1 ? frand() * 10 : 12345.0f;
     double mx = 0, err = 0;
@@ -57,7 +73,7 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
         if (fabs(v) > mx) mx = fabs(v);
     }
     rl_err e = {{0}};
-    int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, with_norm ? nw : NULL, 1e-5f, mode, y, &e);
+    int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, with_norm ? nw : NULL, 1e-5f, mode, fast, y, &e);
     CHECK(rc == 0, "%s: %s", rl_type_name(type), e.msg);
     int bad = 0;
     for (size_t r = 0; r < out; r++) {
@@ -72,16 +88,16 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
         if (d > err) err = d;
     }
     double rel = mx > 0 ? err / mx : err;
-    CHECK(bad == 0 && rel < 2e-5, "%s %zux%zu mode %d norm %d: rel err %.3g, %d non-finite",
-          rl_type_name(type), rows, cols, mode, with_norm, rel, bad);
-    printf("  matvec %-5s %5zu x %-5zu mode %d norm %d: max rel err %.2e\n", rl_type_name(type),
-           rows, cols, mode, with_norm, rel);
+    CHECK(bad == 0 && rel < 2e-5, "%s %zux%zu mode %d norm %d %s: rel err %.3g, %d non-finite",
+          rl_type_name(type), rows, cols, mode, with_norm, fast ? "q8" : "f32", rel, bad);
+    printf("  matvec %-5s %5zu x %-5zu mode %d norm %d %s: max rel err %.2e\n", rl_type_name(type),
+           rows, cols, mode, with_norm, fast ? "q8 " : "f32", rel);
     /* run-to-run: the same input gives the same bits */
     float *y2 = malloc(rows * sizeof(float));
     for (size_t r = 0; r < out; r++) y2[r] = (float)init[r];
     if (mode != 1)
         for (size_t r = 0; r < out; r++) y2[r] = 12345.0f;
-    rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, with_norm ? nw : NULL, 1e-5f, mode, y2, &e);
+    rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, with_norm ? nw : NULL, 1e-5f, mode, fast, y2, &e);
     CHECK(rc == 0 && memcmp(y, y2, out * sizeof(float)) == 0, "%s: second run differs", rl_type_name(type));
     free(y2);
     free(w); free(row); free(x); free(nw); free(xn); free(y); free(ref); free(init);
@@ -112,10 +128,12 @@ int main(void) {
     const size_t shapes[][2] = {{1, 256}, {77, 512}, {1000, 2048}, {256, 5632}};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
-            test_matvec(types[t], shapes[s][0], shapes[s][1], 0, s % 2);
-            if (s == 2) {
-                test_matvec(types[t], shapes[s][0], shapes[s][1], 1, 0);
-                test_matvec(types[t], shapes[s][0], shapes[s][1], 2, 1);
+            for (int fast = 0; fast < 1 + rl_cuda_has_q8(types[t]); fast++) {
+                test_matvec(types[t], shapes[s][0], shapes[s][1], 0, s % 2, fast);
+                if (s == 2) {
+                    test_matvec(types[t], shapes[s][0], shapes[s][1], 1, 0, fast);
+                    test_matvec(types[t], shapes[s][0], shapes[s][1], 2, 1, fast);
+                }
             }
         }
     test_argmax();
