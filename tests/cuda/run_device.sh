@@ -117,7 +117,7 @@ if has s; then
         for tool in memcheck racecheck; do
             compute-sanitizer --tool $tool --error-exitcode 3 "$R" logits --device cuda -m models/rawloop-small.gguf --ids "1 45 496 31" -o /tmp/ls.bin >"$OUT/sanitizer-$tool.txt" 2>&1
             rc=$?
-            row "| rawloop-small Q8_0 | compute-sanitizer $tool | rc $rc: $(grep -E 'ERROR SUMMARY|not supported' "$OUT/sanitizer-$tool.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+            row "| rawloop-small Q8_0 | compute-sanitizer $tool | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|not supported' "$OUT/sanitizer-$tool.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
         done
     else
         row "| - | compute-sanitizer | not installed | SKIP |"
