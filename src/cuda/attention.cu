@@ -116,9 +116,9 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
     const int hd = a.hd, nw = blockDim.x >> 5;
     float *sc = sm, *qs = sm + a.split_max, *ow = qs + hd;
     int h = blockIdx.x, s = blockIdx.y, n_pos = a.io->pos + 1;
-    /* positions per split: the knob, widened (in steps of 32) to keep at most 16 splits so the
+    /* positions per split: the knob, widened (in steps of 32) to keep at most max_split splits so the
      * merge stays short at depth; a function of pos only, so every block agrees */
-    int S = max(a.split, ((n_pos + 15) / 16 + 31) / 32 * 32);
+    int S = max(a.split, ((n_pos + a.max_split - 1) / a.max_split + 31) / 32 * 32);
     int p0 = s * S;
     if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
     int np = min(p0 + S, n_pos) - p0;
@@ -241,10 +241,10 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
     if (t == 0) a.count[h] = 0;
 }
 
-/* The split widening keeps at most 16 splits active at any position, so the grid needs no more:
+/* The split widening keeps at most max_split splits active at any position, so the grid needs no more:
  * v1 launched n_ctx / split blocks per head, most of which returned at once. */
 void rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
-    dim3 grid(a->n_head, a->n_split < 16 ? a->n_split : 16);
+    dim3 grid(a->n_head, a->n_split < a->max_split ? a->n_split : a->max_split);
     size_t smem = (size_t)(a->split_max + a->hd + (ATT_THREADS / 32) * a->hd) * sizeof(float);
     rl_launch(flash_decode_kernel, grid, dim3(ATT_THREADS), smem, st, pdl, *a);
 }

@@ -101,6 +101,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
     if (knob("RL_CUDA_MV_WARPS", 8, 1, 8, &k->mv_warps, e) ||
         knob("RL_CUDA_MV_BLOCKS", 8, 1, 64, &k->mv_blocks_per_sm, e) ||
         knob("RL_CUDA_ATT_SPLIT", 32, 32, 8192, &k->att_split, e) ||
+        knob("RL_CUDA_ATT_MAXSPLIT", 32, 1, 1024, &k->att_max_split, e) ||
         knob("RL_CUDA_PDL", 0, 0, 1, &k->pdl, e) || /* measured slower: docs/PERF.md */
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e))
         return -1;
@@ -130,8 +131,17 @@ static int put_vec(rl_cuda *c, const float *src, size_t n, const float **dst, rl
     return 0;
 }
 
+/* The types this backend has kernels for (a type the CPU gains is not silently run here). */
+static bool cuda_type_ok(uint32_t t) {
+    switch (t) {
+    case RL_F32: case RL_F16: case RL_BF16: case RL_Q8_0: case RL_Q4_0:
+    case RL_Q4_K: case RL_Q5_K: case RL_Q6_K: return true;
+    default: return false;
+    }
+}
+
 static int put_mat(rl_cuda *c, const rl_matrix *w, rl_dmat *d, const char *what, rl_err *e) {
-    if (!rl_type_computable(w->type) || w->cols % 32)
+    if (!cuda_type_ok(w->type) || w->cols % 32)
         return rl_fail(e, "CUDA: %s: type %s with %zu columns is not supported", what,
                        rl_type_name(w->type), w->cols);
     size_t qb, sb;
@@ -289,6 +299,7 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         t.n_split = c->n_split;
         t.split = c->knobs.att_split;
         t.split_max = c->split_max;
+        t.max_split = c->knobs.att_max_split;
         t.neox = cfg->rope_neox;
         t.eps = cfg->norm_eps;
         if (!fold) {
@@ -542,7 +553,8 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
                        cfg->n_head_kv, cfg->n_embd, cfg->n_ff);
     c->n_split = (int)((c->n_ctx + c->knobs.att_split - 1) / c->knobs.att_split);
     {
-        size_t wide = ((c->n_ctx + 15) / 16 + 31) / 32 * 32, sp = (size_t)c->knobs.att_split;
+        size_t ms = (size_t)c->knobs.att_max_split;
+        size_t wide = ((c->n_ctx + ms - 1) / ms + 31) / 32 * 32, sp = (size_t)c->knobs.att_split;
         c->split_max = (int)(wide > sp ? wide : sp);
         size_t smem = ((size_t)c->split_max + cfg->head_dim * 5) * sizeof(float);
         if (smem > 48 * 1024)

@@ -53,7 +53,9 @@ struct rl_cuda_io {
 
 /* A weight matrix in the device arena. Q4_0 and Q8_0 are repacked at upload into a quant plane
  * (rows x n/2 or n bytes, every 32-element block's quants 16-byte aligned) and a scale plane
- * (rows x n/32 fp16); every other type keeps its GGUF row-major block layout (scale unused). */
+ * (rows x n/32 fp16); Q6_K into a plane of 208-byte blocks (ql, qh, sub-scales: 16-byte
+ * aligned) and a plane of its fp16 d (rows x n/256); every other type keeps its GGUF
+ * row-major block layout (scale unused). Same total bytes as the file. */
 struct rl_dmat {
     uint32_t type;
     const uint8_t *q;   /* quants / raw rows, row r at q + r * q_row */
@@ -109,6 +111,8 @@ struct rl_cuda_knobs {
     int mv_blocks_per_sm;/* matvec grid cap per SM (RL_CUDA_MV_BLOCKS, default 8; also capped
                             by the kernel's occupancy, so the grid is one wave) */
     int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 32) */
+    int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 32): wider
+                            splits past att_split * att_max_split positions */
     int pdl;             /* programmatic dependent launch (RL_CUDA_PDL, default 0; sm_90 only) */
     int rope_fold;       /* RoPE + KV write in the QKV epilogue (RL_CUDA_ROPE_FOLD, default 1) */
 };
@@ -140,6 +144,7 @@ struct rl_att_args {
     int n_split;   /* grid: splits of `split` positions covering n_ctx */
     int split;     /* positions per split (knob); widened at depth to keep <= 16 splits */
     int split_max; /* the widest split any position uses (shared-memory size) */
+    int max_split; /* splits active at most (knob): the split widens past max_split * split */
     bool neox;
     float eps;
 };

@@ -17,6 +17,7 @@
  * per-chunk op order are v1's, so the results are bit-identical to v1. Epilogues: bias,
  * residual add, SwiGLU, and for Q/K/V: RoPE + the f16 K/V cache write. */
 #include <cuda_fp16.h>
+#include <string.h>
 
 #include "kernels.h"
 #include "types.h"
@@ -30,7 +31,7 @@ __host__ __device__ inline size_t xs_f32_bytes(int n) { return ((size_t)XPAD(n) 
 
 /* ---- device layout ---------------------------------------------------------------------- */
 
-bool rl_dmat_repacked(uint32_t type) { return type == RL_Q4_0 || type == RL_Q8_0; }
+bool rl_dmat_repacked(uint32_t type) { return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_Q6_K; }
 
 void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, size_t *q_bytes,
                    size_t *s_bytes) {
@@ -40,14 +41,29 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
     } else if (type == RL_Q8_0) {
         *q_bytes = rows * cols;
         *s_bytes = rows * (cols / 32) * 2;
+    } else if (type == RL_Q6_K) { /* 208 bytes of quants and sub-scales per 256, fp16 d apart */
+        *q_bytes = rows * (cols / 256) * 208;
+        *s_bytes = rows * (cols / 256) * 2;
     } else {
         *q_bytes = rows * row_bytes;
         *s_bytes = 0;
     }
 }
 
+/* Q4_0 / Q8_0: [fp16 d][quants] blocks -> quants plane + d plane. Q6_K: [ql qh scales][fp16 d]
+ * 210-byte blocks (only 2-byte aligned) -> 208-byte (16-byte aligned) plane + d plane. */
 void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols, size_t row_bytes,
                     uint8_t *q, uint8_t *s) {
+    if (type == RL_Q6_K) {
+        size_t nb = cols / 256;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t b = 0; b < nb; b++) {
+                const uint8_t *blk = src + r * row_bytes + b * 210;
+                memcpy(q + (r * nb + b) * 208, blk, 208);
+                memcpy(s + (r * nb + b) * 2, blk + 208, 2);
+            }
+        return;
+    }
     size_t nb = cols / 32, qb = type == RL_Q4_0 ? 16 : 32, bb = qb + 2;
     for (size_t r = 0; r < rows; r++) {
         const uint8_t *row = src + r * row_bytes;
@@ -160,12 +176,12 @@ __device__ __forceinline__ void deq_qk45(const uint8_t *w, const uint8_t *, int 
     }
 }
 
-/* Q6_K (210-byte blocks, not 16-byte aligned: byte loads). Chunk c: half h, group g of
- * super-block c/8 = elements 128h + 32g + l. */
-__device__ __forceinline__ void deq_q6_k(const uint8_t *w, const uint8_t *, int c, float *v) {
-    const uint8_t *b = w + (size_t)(c / 8) * 210;
+/* Q6_K, repacked: 208-byte blocks (ql, qh, sub-scales) and the fp16 d in the scale plane.
+ * Chunk c: half h, group g of super-block c/8 = elements 128h + 32g + l. */
+__device__ __forceinline__ void deq_q6_k(const uint8_t *w, const uint8_t *s, int c, float *v) {
+    const uint8_t *b = w + (size_t)(c / 8) * 208;
     int sb = c % 8, hh = sb / 4, g = sb % 4;
-    float d = ldh(b + 208);
+    float d = ldh(s + (size_t)(c / 8) * 2);
     const uint8_t *ql = b + 64 * hh + 32 * (g & 1), *qh = b + 128 + 32 * hh;
     const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + 2 * g);
     float ds0 = __fmul_rn(d, (float)sc[0]), ds1 = __fmul_rn(d, (float)sc[1]);
@@ -399,10 +415,11 @@ __device__ __forceinline__ float dot_q8(const raw_chunk<T> &r, const int *xw, fl
  * CPU reference's integer sums and float expressions (src/quant.c ref_fast_dot):
  *   Q4_K/Q5_K: (d * d_x) * (float)(sc * dot) - (dmin * m) * s_x,  s_x = d_x * (float)sum(x)
  *   Q6_K:      (d * d_x) * (float)(sc_lo * dot_lo + sc_hi * dot_hi), dot over (q - 32) * x
- * Q4_K/Q5_K blocks are 16-byte aligned (144 / 176 bytes); Q6_K's 210-byte blocks only 2-byte,
- * so its quants are read as 16-bit pairs. */
+ * Q4_K/Q5_K blocks are 16-byte aligned (144 / 176 bytes); Q6_K is repacked at upload into an
+ * aligned 208-byte plane with d apart (s), so every quant load is 16 bytes. */
 template <int T>
-__device__ __forceinline__ float kq_dot_q8(const uint8_t *w, int c, const int *xw, float xd, int xsum) {
+__device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, int c, const int *xw,
+                                           float xd, int xsum) {
     const int sb = c % 8;
     if constexpr (T == RL_Q4_K || T == RL_Q5_K) {
         constexpr bool FIVE = T == RL_Q5_K;
@@ -429,15 +446,16 @@ __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, int c, const int *x
         float dx = __fmul_rn(ldh(b), xd), sx = __fmul_rn(xd, (float)xsum);
         return __fsub_rn(__fmul_rn(dx, (float)(sc * dot)), __fmul_rn(__fmul_rn(ldh(b + 2), (float)mn), sx));
     } else {
-        const uint8_t *b = w + (size_t)(c / 8) * 210;
+        const uint8_t *b = w + (size_t)(c / 8) * 208;
         const int hh = sb / 4, g = sb % 4;
-        const unsigned short *ql = (const unsigned short *)(b + 64 * hh + 32 * (g & 1));
-        const unsigned short *qh = (const unsigned short *)(b + 128 + 32 * hh);
+        const uint4 *ql = (const uint4 *)(b + 64 * hh + 32 * (g & 1)), *qh = (const uint4 *)(b + 128 + 32 * hh);
+        const uint4 l0 = __ldg(ql), l1 = __ldg(ql + 1), h0 = __ldg(qh), h1 = __ldg(qh + 1);
+        const uint32_t lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+        const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
         int dl = 0, dh = 0, xl = 0, xh = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            uint32_t lo = (uint32_t)__ldg(ql + 2 * k) | ((uint32_t)__ldg(ql + 2 * k + 1) << 16);
-            uint32_t hi = (uint32_t)__ldg(qh + 2 * k) | ((uint32_t)__ldg(qh + 2 * k + 1) << 16);
+            uint32_t lo = lw[k], hi = hw[k];
             uint32_t q = ((lo >> (4 * (g / 2))) & 0x0F0F0F0Fu) | (((hi >> (2 * g)) & 0x03030303u) << 4);
             if (k < 4) {
                 dl = __dp4a((int)q, xw[k], dl);
@@ -449,7 +467,7 @@ __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, int c, const int *x
         }
         const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + 2 * g);
         int dot = sc[0] * (dl - 32 * xl) + sc[1] * (dh - 32 * xh);
-        return __fmul_rn(__fmul_rn(ldh(b + 208), xd), (float)dot);
+        return __fmul_rn(__fmul_rn(ldh(s + (size_t)(c / 8) * 2), xd), (float)dot);
     }
 }
 
@@ -608,7 +626,7 @@ __global__ void __launch_bounds__(256, mv_tr<T>::MINB) mv_kernel(const rl_mv_arg
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
                         if constexpr (mv_tr<T>::NV > 0) acc[i] += dot_q8<T>(rw[u][i], xw, xd[c], xsum[c]);
-                        else acc[i] += kq_dot_q8<T>(t.w[i], c, xw, xd[c], xsum[c]);
+                        else acc[i] += kq_dot_q8<T>(t.w[i], t.s[i], c, xw, xd[c], xsum[c]);
                     }
                 } else {
                     dot2<T>(rw[u], xs + c * 36, acc, t.w, t.s, c);
