@@ -498,3 +498,19 @@ def gguf_forward(path, ids, act_q8: bool = False) -> np.ndarray:
     x = _rms(x, t["output_norm.weight"], eps)
     out_w = t.get("output.weight", t["token_embd.weight"])
     return (aq(x) @ out_w.T).astype(np.float32)
+
+
+def assert_shape_keys(kv, spec):
+    """The {arch}.* hyper-parameter keys convert_hf_to_gguf writes, against the spec (kv: GGUF
+    key -> value as gguf.GGUFReader's field.contents() gives them)."""
+    a = spec.arch
+    assert kv["general.architecture"] == a
+    assert kv[f"{a}.context_length"] == spec.ctx
+    assert kv[f"{a}.embedding_length"] == spec.hidden
+    assert kv[f"{a}.block_count"] == spec.n_layers
+    assert kv[f"{a}.feed_forward_length"] == spec.ffn
+    assert kv[f"{a}.attention.head_count"] == spec.n_heads
+    assert kv[f"{a}.attention.head_count_kv"] == spec.n_kv_heads
+    assert kv[f"{a}.rope.dimension_count"] == spec.hd
+    assert abs(kv[f"{a}.attention.layer_norm_rms_epsilon"] - spec.rms_eps) <= 1e-12 * max(1.0, spec.rms_eps)
+    assert abs(kv[f"{a}.rope.freq_base"] - spec.rope_theta) <= 1e-6 * spec.rope_theta
