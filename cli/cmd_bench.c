@@ -25,7 +25,7 @@ static void usage(FILE *out) {
         "              -n tokens (GPU only: a graph with an event after every step) and print\n"
         "              its time, share of the token, bytes read and GB/s\n"
         "  --device D  cpu, cuda or auto (default)\n"
-        "  --kv-type T f16 (default) or f32 KV cache\n");
+        "  --kv-type T f16 (default), f32, or q8 (8-bit blocks of 32, CPU only) KV cache\n");
 }
 
 typedef struct stats {
@@ -76,7 +76,7 @@ int cmd_bench(int argc, char **argv) {
         case 'C': no_ceiling = true; break;
         case 'P': profile = true; break;
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
-        case 'K': if (cli_parse_kv_type(optarg, &co.kv_f32)) return 2; break;
+        case 'K': if (cli_parse_kv_type(optarg, &co.kv_type)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -168,7 +168,7 @@ int cmd_bench(int argc, char **argv) {
         if (profile) {
             printf(", \"profile\": [");
             for (size_t i = 0; i < n_prof; i++)
-                printf("%s{\"step\": \"%s\", \"launches_per_token\": %.2f, \"us_per_token\": %.3f, "
+                printf("%s{\"step\": \"%s\", \"steps_per_token\": %.2f, \"us_per_token\": %.3f, "
                        "\"bytes_per_token\": %.0f, \"gbps\": %.2f}", i ? ", " : "", prof[i].name,
                        (double)prof[i].calls / ng, prof[i].us / ng, prof[i].bytes / ng,
                        prof[i].us > 0 ? prof[i].bytes / (prof[i].us * 1e3) : 0);
@@ -197,7 +197,7 @@ int cmd_bench(int argc, char **argv) {
                s.be.numerics, reps);
         if (profile) {
             printf("\nper-step profile over %ld tokens at depth %ld (a graph with a timing event "
-                   "after every step; %.1f us/token in all):\n\n| step | launches/token | us/token "
+                   "after every step; %.1f us/token in all):\n\n| step | calls/token | us/token "
                    "| %% of token | MB/token | GB/s | %% of ceiling |\n| --- | ---: | ---: | ---: | "
                    "---: | ---: | ---: |\n", ng, depth, prof_us / ng);
             for (size_t i = 0; i < n_prof; i++) {

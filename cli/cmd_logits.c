@@ -9,7 +9,7 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop logits -m FILE --ids \"1 2 3\" -o OUT [--exact] [-t N] [-b N] [--device D]\n"
-        "                     [--kv-type f16|f32]\n"
+        "                     [--kv-type f16|f32|q8]\n"
         "Feeds the ids at positions 0..n-1 (no BOS added) and writes float32 little-endian\n"
         "logits, n rows of n_vocab, row i after ids[0..i].\n"
         "  -b, --batch N   tokens per forward chunk (default 64; 1 = one token at a time)\n");
@@ -31,7 +31,7 @@ int cmd_logits(int argc, char **argv) {
         case 'o': outp = optarg; break;
         case 'x': co.exact = true; break;
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
-        case 'K': if (cli_parse_kv_type(optarg, &co.kv_f32)) return 2; break;
+        case 'K': if (cli_parse_kv_type(optarg, &co.kv_type)) return 2; break;
         case 't': if (cli_parse_long("-t", optarg, 1, 1024, &v)) return 2; co.n_threads = (size_t)v; break;
         case 'b': if (cli_parse_long("-b", optarg, 1, 4096, &v)) return 2; co.max_batch = (size_t)v; break;
         case 'h': usage(stdout); return 0;

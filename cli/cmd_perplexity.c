@@ -22,7 +22,7 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop perplexity -m FILE -f TEXT [-c CTX] [-t N] [-b N] [--exact] [--chunks N]\n"
-        "                          [--device cpu|cuda|auto] [--kv-type f16|f32]\n"
+        "                          [--device cpu|cuda|auto] [--kv-type f16|f32|q8]\n"
         "                          [--save-logits BASE | --kl-divergence BASE]\n"
         "Prints [chunk]running-PPL as it goes and 'Final estimate: PPL = X +/- E'.\n"
         "  -c, --ctx-size N  tokens per chunk (default 512; with --kl-divergence, BASE's)\n"
@@ -63,7 +63,11 @@ static void tmp_arm(const char *path) {
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < 4; i++) sigaction(g_sigs[i], &sa, &g_old_sa[i]);
+    /* a signal the caller ignores (nohup, a background job's SIGINT) stays ignored */
+    for (size_t i = 0; i < 4; i++) {
+        sigaction(g_sigs[i], NULL, &g_old_sa[i]);
+        if (g_old_sa[i].sa_handler != SIG_IGN) sigaction(g_sigs[i], &sa, NULL);
+    }
     g_tmp_armed = 1;
 }
 
@@ -105,7 +109,7 @@ int cmd_perplexity(int argc, char **argv) {
         case 'k': if (cli_parse_long("--chunks", optarg, 1, 1L << 30, &max_chunks)) return 2; break;
         case 'x': co.exact = true; break;
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
-        case 'K': if (cli_parse_kv_type(optarg, &co.kv_f32)) return 2; break;
+        case 'K': if (cli_parse_kv_type(optarg, &co.kv_type)) return 2; break;
         case 'S': save_path = optarg; break;
         case 'L': base_path = optarg; break;
         case 'h': usage(stdout); return 0;
@@ -165,12 +169,12 @@ int cmd_perplexity(int argc, char **argv) {
             fprintf(stderr, "rawloop: --save-logits path is too long\n");
             goto out;
         }
-        tmp_arm(tmp_path);
         tmp = fopen(tmp_path, "wb");
-        if (!tmp) {
+        if (!tmp) { /* not armed yet: a BASE.tmp this run did not create is not removed */
             fprintf(stderr, "rawloop: cannot create %s: %s\n", tmp_path, strerror(errno));
             goto out;
         }
+        tmp_arm(tmp_path);
     }
     if (cli_read_file(path, &text, &len)) goto out;
     co.n_ctx = (size_t)ctx;

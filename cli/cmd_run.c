@@ -29,7 +29,7 @@ static void usage(FILE *out) {
         "      --repeat-last-n N  tokens the penalty looks back over (default 64)\n"
         "  -s, --seed N           RNG seed (default: random, printed on stderr)\n"
         "      --exact            keep activations in fp32 (no 8-bit activation fast path)\n"
-        "      --kv-type T        KV cache type: f16 (default) or f32\n"
+        "      --kv-type T        KV cache type: f16 (default), f32, or q8 (8-bit, CPU only)\n"
         "      --no-bos           do not add the BOS token before the prompt\n"
         "      --ignore-eos       keep generating past end-of-generation tokens\n"
         "      --print-ids        print generated token ids instead of text\n"
@@ -86,7 +86,7 @@ int cmd_run(int argc, char **argv) {
         case O_IGNEOS: ignore_eos = true; break;
         case O_PRINTIDS: print_ids = true; break;
         case O_DEVICE: if (cli_parse_device(optarg, &co.device)) return 2; break;
-        case O_KV: if (cli_parse_kv_type(optarg, &co.kv_f32)) return 2; break;
+        case O_KV: if (cli_parse_kv_type(optarg, &co.kv_type)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -66,7 +66,7 @@ int kld_read_header(FILE *f, kld_header *h, int32_t **tokens, rl_err *e) {
     h->ctx = get_u64(head + 24);
     h->n_chunks = get_u64(head + 32);
     h->n_scored = get_u64(head + 40);
-    /* Bounds keep every product below 2^63 before the size check below can trust it. */
+    /* Plausibility bounds; the byte count below is computed with overflow checks. */
     if (h->n_vocab < 1 || h->n_vocab > (1u << 24) || h->ctx < 8 || h->ctx > (1u << 20) ||
         h->n_chunks < 1 || h->n_chunks > (1u << 24))
         return rl_fail(e, "implausible header: n_vocab %llu, ctx %llu, n_chunks %llu",
@@ -76,9 +76,13 @@ int kld_read_header(FILE *f, kld_header *h, int32_t **tokens, rl_err *e) {
         return rl_fail(e, "header says %llu scored positions per chunk, ctx %llu has %zu",
                        (unsigned long long)h->n_scored, (unsigned long long)h->ctx,
                        kld_n_scored(h->ctx));
-    uint64_t n_tok = h->ctx * h->n_chunks;
-    uint64_t want = KLD_HEAD_BYTES + 4 * n_tok +
-                    h->n_chunks * h->n_scored * (uint64_t)kld_row_bytes(h->n_vocab);
+    uint64_t n_tok = h->ctx * h->n_chunks, rows, body, want;
+    if (__builtin_mul_overflow(h->n_chunks, h->n_scored, &rows) ||
+        __builtin_mul_overflow(rows, (uint64_t)kld_row_bytes(h->n_vocab), &body) ||
+        __builtin_add_overflow(body, (uint64_t)KLD_HEAD_BYTES + 4 * n_tok, &want) || want > (uint64_t)INT64_MAX)
+        return rl_fail(e, "implausible header: %llu chunks of %llu rows of a %llu-token vocabulary",
+                       (unsigned long long)h->n_chunks, (unsigned long long)h->n_scored,
+                       (unsigned long long)h->n_vocab);
     if (fseeko(f, 0, SEEK_END) != 0) return rl_fail(e, "cannot seek");
     off_t size = ftello(f);
     if (size < 0 || fseeko(f, KLD_HEAD_BYTES, SEEK_SET) != 0) return rl_fail(e, "cannot seek");

@@ -47,12 +47,14 @@ int cli_parse_device(const char *text, enum rl_device *out) {
     return -1;
 }
 
-int cli_parse_kv_type(const char *text, bool *f32) {
-    if (!strcmp(text, "f16") || !strcmp(text, "f32")) {
-        *f32 = !strcmp(text, "f32");
-        return 0;
-    }
-    fprintf(stderr, "rawloop: --kv-type expects f16 or f32, got '%s'\n", text);
+int cli_parse_kv_type(const char *text, int *kv_type) {
+    static const char *const names[] = {"f16", "f32", "q8"}; /* enum rl_kv_type order */
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(text, names[i])) {
+            *kv_type = i;
+            return 0;
+        }
+    fprintf(stderr, "rawloop: --kv-type expects f16, f32 or q8, got '%s'\n", text);
     return -1;
 }
 

@@ -42,7 +42,7 @@ int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, 
     if (d == RL_DEVICE_AUTO) d = rl_cuda_device_present() ? RL_DEVICE_CUDA : RL_DEVICE_CPU;
     if (d == RL_DEVICE_CUDA) return rl_cuda_open(b, m, o, e);
     rl_cpu_opts co = {.n_threads = o->n_threads, .n_ctx = o->n_ctx, .max_batch = o->max_batch,
-                      .exact = o->exact, .kv_f32 = o->kv_f32};
+                      .exact = o->exact, .kv_type = o->kv_type};
     rl_cpu *c;
     if (rl_cpu_new(&c, m, &co, e) < 0) return -1;
     b->ops = &k_cpu_ops;

@@ -12,13 +12,17 @@
 
 enum rl_device { RL_DEVICE_AUTO, RL_DEVICE_CPU, RL_DEVICE_CUDA };
 
+/* KV cache element: f16 (default), f32 (the fp32 oracle tests), or 8-bit blocks of 32 values
+ * with an fp32 scale (36 bytes per 32: 0.56x of f16), rounded like the fast path's activations. */
+enum rl_kv_type { RL_KV_F16, RL_KV_F32, RL_KV_Q8 };
+
 typedef struct rl_backend_opts {
     enum rl_device device;
     size_t n_threads;  /* CPU threads; 0 = all cores */
     size_t n_ctx;      /* KV capacity in tokens; 0 = min(model context, 4096) */
     size_t max_batch;  /* tokens per forward chunk; 0 = backend default */
     bool exact;        /* CPU: fp32 activations everywhere */
-    bool kv_f32;       /* fp32 KV cache instead of f16 (CPU) */
+    int kv_type;       /* enum rl_kv_type; f32 and q8 are CPU-only */
 } rl_backend_opts;
 
 /* One line of a per-kernel profile: a step of the forward pass (one or a few kernels), its

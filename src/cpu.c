@@ -1,6 +1,7 @@
 /* CPU forward pass. One function reads like the math (forward_chunk); the parallel pieces are
  * small named steps that split work over the thread pool. */
 #include "cpu.h"
+#include "backend.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -27,8 +28,9 @@ struct rl_cpu {
     float *k, *v;    /* [B][kv_dim] */
     float *hb, *hb2; /* [B][n_ff] */
     rl_q8a *xq;      /* [B][max(n_embd, q_dim, n_ff)/32] quantized activations */
-    uint8_t *kc, *vc; /* [n_layer][n_ctx][kv_dim] f16, or f32 when kv_f32 */
-    size_t kv_elt;    /* bytes per cached value: 2 or 4 */
+    uint8_t *kc, *vc; /* [n_layer][n_ctx] rows of kv_row bytes: kv_dim f16, f32, or kv_q8 blocks */
+    int kv_type;      /* enum rl_kv_type */
+    size_t kv_row;    /* bytes per cached position (all kv heads) */
     float *att;       /* [n_threads][n_ctx] attention scores */
     float *inv_freq;  /* [rope_dim/2] */
     /* Weights repacked at load (rl_pack_rows, row-interleaved Q4_0/Q8_0) for the fast path:
@@ -120,6 +122,36 @@ size_t rl_cpu_packed_bytes(const rl_cpu *c) { return c->pack_bytes; }
 
 static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
 
+/* --kv-type q8: 32 cached values as int8 with one fp32 scale, rounded as rl_q8a_quant_row_ref
+ * does (d = amax/127, round-half-even). Blocks never straddle heads (head_dim % 32 == 0). */
+typedef struct kv_q8 {
+    float d;
+    int8_t q[32];
+} kv_q8;
+
+static size_t kv_row_bytes(int kv_type, size_t kv_dim) {
+    return kv_type == RL_KV_Q8 ? kv_dim / 32 * sizeof(kv_q8)
+                               : kv_dim * (kv_type == RL_KV_F32 ? sizeof(float) : sizeof(uint16_t));
+}
+
+/* Stores one position's n values (k or v, all heads) in the cache's element type. */
+static void kv_store(int kv_type, const float *x, uint8_t *dst, size_t n) {
+    if (kv_type == RL_KV_F32) {
+        memcpy(dst, x, n * sizeof(float));
+    } else if (kv_type == RL_KV_F16) {
+        rl_f32_to_f16_row(x, (uint16_t *)dst, n);
+    } else {
+        kv_q8 *b = (kv_q8 *)dst;
+        for (size_t i = 0; i < n / 32; i++, x += 32) {
+            float amax = 0;
+            for (size_t j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+            float d = amax / 127, id = d != 0 ? 127 / amax : 0;
+            b[i].d = d;
+            for (size_t j = 0; j < 32; j++) b[i].q[j] = (int8_t)nearbyintf(x[j] * id);
+        }
+    }
+}
+
 int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e) {
     const rl_config *cfg = &m->cfg;
     rl_cpu *c = calloc(1, sizeof *c);
@@ -148,9 +180,15 @@ int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e)
     c->xq = malloc(B * ((wide + 31) / 32) * sizeof(rl_q8a));
     c->att = malloc(nt * c->n_ctx * sizeof(float));
     c->inv_freq = malloc(cfg->rope_dim / 2 * sizeof(float) + 1);
-    c->kv_elt = o->kv_f32 ? sizeof(float) : sizeof(uint16_t);
-    c->kc = malloc(kv_elems * c->kv_elt);
-    c->vc = malloc(kv_elems * c->kv_elt);
+    c->kv_type = o->kv_type;
+    if (c->kv_type == RL_KV_Q8 && cfg->head_dim % 32) {
+        rl_cpu_free(c);
+        return rl_fail(e, "--kv-type q8 needs a head size that is a multiple of 32 (this model: %zu)",
+                       cfg->head_dim);
+    }
+    c->kv_row = kv_row_bytes(c->kv_type, c->kv_dim);
+    c->kc = malloc(cfg->n_layer * c->n_ctx * c->kv_row);
+    c->vc = malloc(cfg->n_layer * c->n_ctx * c->kv_row);
     if (!c->x || !c->xb || !c->q || !c->k || !c->v || !c->hb || !c->hb2 || !c->xq || !c->att ||
         !c->inv_freq || !c->kc || !c->vc)
         goto oom;
@@ -169,7 +207,7 @@ int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e)
 oom:
     {
         size_t n_ctx = c->n_ctx;
-        double gb = 2.0 * (double)cfg->n_layer * n_ctx * c->kv_dim * (o->kv_f32 ? 4 : 2) / 1e9;
+        double gb = 2.0 * (double)cfg->n_layer * n_ctx * (double)kv_row_bytes(o->kv_type, c->kv_dim) / 1e9;
         rl_cpu_free(c);
         return rl_fail(e, "out of memory allocating the forward state (context %zu needs "
                        "%.2f GB of KV cache); try a smaller -c", n_ctx, gb);
@@ -188,7 +226,7 @@ void rl_cpu_free(rl_cpu *c) {
 size_t rl_cpu_n_ctx(const rl_cpu *c) { return c->n_ctx; }
 size_t rl_cpu_n_threads(const rl_cpu *c) { return rl_pool_size(c->pool); }
 size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos) {
-    return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_dim * c->kv_elt;
+    return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_row;
 }
 
 /* ---- small fp32 helpers ---------------------------------------------------------------- */
@@ -200,8 +238,33 @@ static void rmsnorm(float *out, const float *x, const float *w, size_t n, float 
     for (size_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
 }
 
-/* q . k and out += a * v over one cached K/V head, stored as f16 or (--kv-type f32) f32. */
-static float dot_kv(const float *q, const void *k, size_t n, bool f32) {
+/* q . k and out += a * v over one cached K/V head, stored as f16, f32 or 8-bit blocks. */
+static float dot_kv(const float *q, const void *k, size_t n, int kv_type) {
+    if (kv_type == RL_KV_Q8) { /* sum over blocks of d * q . k_int8 */
+        const kv_q8 *b = k;
+        float s = 0;
+#ifdef RL_X86_SIMD
+        __m256 acc = _mm256_setzero_ps(); /* one horizontal sum per head, not per block */
+        for (size_t i = 0; i < n / 32; i++, q += 32) {
+            __m256 d = _mm256_set1_ps(b[i].d);
+            for (size_t j = 0; j < 32; j += 8) {
+                __m256 kv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[i].q + j))));
+                acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_loadu_ps(q + j), d), kv, acc);
+            }
+        }
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        s = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+#else
+        for (size_t i = 0; i < n / 32; i++, q += 32) {
+            float t = 0;
+            for (size_t j = 0; j < 32; j++) t += q[j] * (float)b[i].q[j];
+            s += b[i].d * t;
+        }
+#endif
+        return s;
+    }
+    bool f32 = kv_type == RL_KV_F32;
     const uint16_t *kh = k;
     const float *kf = k;
     size_t i = 0;
@@ -222,7 +285,24 @@ static float dot_kv(const float *q, const void *k, size_t n, bool f32) {
     return s;
 }
 
-static void axpy_kv(float *out, float a, const void *v, size_t n, bool f32) {
+static void axpy_kv(float *out, float a, const void *v, size_t n, int kv_type) {
+    if (kv_type == RL_KV_Q8) {
+        const kv_q8 *b = v;
+        for (size_t i = 0; i < n / 32; i++, out += 32) {
+            float ad = a * b[i].d;
+#ifdef RL_X86_SIMD
+            __m256 va = _mm256_set1_ps(ad);
+            for (size_t j = 0; j < 32; j += 8) {
+                __m256 vv = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b[i].q + j))));
+                _mm256_storeu_ps(out + j, _mm256_fmadd_ps(va, vv, _mm256_loadu_ps(out + j)));
+            }
+#else
+            for (size_t j = 0; j < 32; j++) out[j] += ad * (float)b[i].q[j];
+#endif
+        }
+        return;
+    }
+    bool f32 = kv_type == RL_KV_F32;
     const uint16_t *vh = v;
     const float *vf = v;
     size_t i = 0;
@@ -331,18 +411,17 @@ static void att_worker(void *ctx, size_t ith, size_t nth) {
     size_t items = j->S * cfg->n_head;
     float scale = 1.0f / sqrtf((float)hd);
     float *att = c->att + ith * c->n_ctx;
-    size_t row = c->kv_dim * c->kv_elt; /* bytes per cached position */
+    size_t row = c->kv_row, head = row / cfg->n_head_kv; /* bytes per position, per kv head */
     const uint8_t *kl = c->kc + j->layer * c->n_ctx * row;
     const uint8_t *vl = c->vc + j->layer * c->n_ctx * row;
-    bool f32 = c->kv_elt == sizeof(float);
     for (size_t it = items * ith / nth; it < items * (ith + 1) / nth; it++) {
         size_t s = it / cfg->n_head, h = it % cfg->n_head, kvh = h / group;
         size_t n_pos = j->pos + s + 1;
         const float *q = c->q + s * c->q_dim + h * hd;
         float mx = -INFINITY;
         for (size_t p = 0; p < n_pos; p++) {
-            const uint8_t *kp = kl + p * row + kvh * hd * c->kv_elt;
-            att[p] = dot_kv(q, kp, hd, f32) * scale;
+            const uint8_t *kp = kl + p * row + kvh * head;
+            att[p] = dot_kv(q, kp, hd, c->kv_type) * scale;
             if (att[p] > mx) mx = att[p];
         }
         float sum = 0;
@@ -354,7 +433,7 @@ static void att_worker(void *ctx, size_t ith, size_t nth) {
         memset(out, 0, hd * sizeof(float));
         float inv = 1.0f / sum;
         for (size_t p = 0; p < n_pos; p++)
-            axpy_kv(out, att[p] * inv, vl + p * row + kvh * hd * c->kv_elt, hd, f32);
+            axpy_kv(out, att[p] * inv, vl + p * row + kvh * head, hd, c->kv_type);
     }
 }
 
@@ -424,14 +503,9 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
                 if (L->k_norm) rmsnorm(k + h * hd, k + h * hd, L->k_norm, hd, cfg->norm_eps);
                 rope(k + h * hd, pos + s, c->inv_freq, cfg->rope_dim, cfg->rope_neox);
             }
-            size_t off = (l * c->n_ctx + pos + s) * c->kv_dim;
-            if (c->kv_elt == sizeof(float)) {
-                memcpy(c->kc + off * sizeof(float), k, c->kv_dim * sizeof(float));
-                memcpy(c->vc + off * sizeof(float), v, c->kv_dim * sizeof(float));
-            } else {
-                rl_f32_to_f16_row(k, (uint16_t *)(c->kc + off * sizeof(uint16_t)), c->kv_dim);
-                rl_f32_to_f16_row(v, (uint16_t *)(c->vc + off * sizeof(uint16_t)), c->kv_dim);
-            }
+            size_t off = (l * c->n_ctx + pos + s) * c->kv_row;
+            kv_store(c->kv_type, k, c->kc + off, c->kv_dim);
+            kv_store(c->kv_type, v, c->vc + off, c->kv_dim);
         }
         att_job aj = {c, l, pos, S};
         rl_pool_run(c->pool, att_worker, &aj);

@@ -1,4 +1,4 @@
-/* CPU backend: the forward pass over a batch of S tokens with an f16 KV cache. */
+/* CPU backend: the forward pass over a batch of S tokens with an f16 (or f32, or 8-bit) KV cache. */
 #ifndef RL_CPU_H
 #define RL_CPU_H
 
@@ -14,7 +14,7 @@ typedef struct rl_cpu_opts {
     size_t n_ctx;      /* KV cache capacity in tokens; 0 = min(model context, 4096) */
     size_t max_batch;  /* tokens per forward chunk; 0 = 64 */
     bool exact;        /* fp32 activations everywhere (no 8-bit activation fast path) */
-    bool kv_f32;       /* fp32 KV cache instead of f16 (for the fp32 oracle tests) */
+    int kv_type;       /* enum rl_kv_type (backend.h): f16, f32 (fp32 oracle tests) or q8 */
 } rl_cpu_opts;
 
 typedef struct rl_cpu rl_cpu;

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -77,7 +78,9 @@ static int load_json(const char *dir, const char *file, bool required, json_t **
     return load_json_flags(dir, file, required, 0, root, e);
 }
 
-/* config.json integer key (> 0): 1 found, 0 absent (or null) and optional, -1 error. */
+/* config.json integer key (> 0): 1 found, 0 absent (or null) and optional, -1 error. Values
+ * are written as uint32 GGUF keys, so anything above INT32_MAX is refused here rather than
+ * truncated later (and products of two of them cannot overflow 64 bits). */
 static int cfg_size(const json_t *cfg, const char *dir, const char *key, bool required,
                     size_t *out, rl_err *e) {
     const json_t *v = json_object_get(cfg, key);
@@ -85,8 +88,8 @@ static int cfg_size(const json_t *cfg, const char *dir, const char *key, bool re
         if (required) return rl_fail(e, "%s/config.json: missing key '%s'", dir, key);
         return 0;
     }
-    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > (1LL << 40))
-        return rl_fail(e, "%s/config.json: '%s' must be a positive integer", dir, key);
+    if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > INT32_MAX)
+        return rl_fail(e, "%s/config.json: '%s' must be a positive integer below 2^31", dir, key);
     *out = (size_t)json_integer_value(v);
     return 1;
 }
@@ -144,6 +147,9 @@ static int read_config(hf_model *h, hf_priv *p, const json_t *cfg, rl_err *e) {
                        "num_attention_heads %zu and there is no head_dim", dir, p->n_embd,
                        p->n_head);
     if (p->head_dim % 2) return rl_fail(e, "%s/config.json: head_dim %zu is odd", dir, p->head_dim);
+    if (p->head_dim > 65536 || p->n_head * p->head_dim > INT32_MAX)
+        return rl_fail(e, "%s/config.json: %zu heads of %zu values are out of range", dir, p->n_head,
+                       p->head_dim);
     char where[600];
     snprintf(where, sizeof where, "%s/config.json", dir);
     if (cfg_num(cfg, where, "rms_norm_eps", true, &p->rms_eps, e) < 0) return -1;

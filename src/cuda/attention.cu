@@ -106,8 +106,8 @@ __device__ float block_sum_f(float v, float *red) {
  * and nw * hd for the cross-warp sum of the output.
  * Scores: one thread per key (16-byte loads along the key row, q broadcast from shared).
  * Output: warp w takes positions w, w + nw, ...; lane l the dimension pairs 2l + 64j (coalesced
- * 4-byte loads of a value row); the warps' sums are added in warp order. The partial (max m,
- * sum l, unnormalised o[hd]) is merged by the Wo matvec's prologue (matvec.cu). */
+ * 4-byte loads of a value row); the warps' sums are added in warp order. The partials (max m,
+ * sum l, unnormalised o[hd]) are merged at the end of this kernel by the head's last block. */
 __global__ void flash_decode_kernel(const rl_att_args a) {
     extern __shared__ float sm[];
     __shared__ float red[32];

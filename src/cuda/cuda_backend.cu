@@ -131,17 +131,8 @@ static int put_vec(rl_cuda *c, const float *src, size_t n, const float **dst, rl
     return 0;
 }
 
-/* The types this backend has kernels for (a type the CPU gains is not silently run here). */
-static bool cuda_type_ok(uint32_t t) {
-    switch (t) {
-    case RL_F32: case RL_F16: case RL_BF16: case RL_Q8_0: case RL_Q4_0:
-    case RL_Q4_K: case RL_Q5_K: case RL_Q6_K: return true;
-    default: return false;
-    }
-}
-
 static int put_mat(rl_cuda *c, const rl_matrix *w, rl_dmat *d, const char *what, rl_err *e) {
-    if (!cuda_type_ok(w->type) || w->cols % 32)
+    if (!rl_mv_type_ok(w->type) || w->cols % 32) /* a type the CPU gains is not run here silently */
         return rl_fail(e, "CUDA: %s: type %s with %zu columns is not supported", what,
                        rl_type_name(w->type), w->cols);
     size_t qb, sb;
@@ -428,12 +419,16 @@ static int cuda_profile(void *impl, bool on, rl_err *e) {
         return 0;
     }
     if (!c->pgraph) {
-        c->max_marks = (int)(c->m->cfg.n_layer * 8 + 8);
-        c->pev = (cudaEvent_t *)calloc((size_t)c->max_marks + 1, sizeof *c->pev);
-        c->plabel = (const char **)calloc((size_t)c->max_marks, sizeof *c->plabel);
-        c->pbytes = (double *)calloc((size_t)c->max_marks, sizeof *c->pbytes);
-        if (!c->pev || !c->plabel || !c->pbytes) return rl_fail(e, "out of memory");
-        for (int i = 0; i <= c->max_marks; i++) CK(cudaEventCreate(&c->pev[i]));
+        if (!c->pev) { /* kept on failure (freed with the backend), so a retry does not leak */
+            int n = (int)(c->m->cfg.n_layer * 8 + 8);
+            c->pev = (cudaEvent_t *)calloc((size_t)n + 1, sizeof *c->pev);
+            c->plabel = (const char **)calloc((size_t)n, sizeof *c->plabel);
+            c->pbytes = (double *)calloc((size_t)n, sizeof *c->pbytes);
+            if (!c->pev || !c->plabel || !c->pbytes) return rl_fail(e, "out of memory");
+            c->max_marks = n;
+        }
+        for (int i = 0; i <= c->max_marks; i++)
+            if (!c->pev[i]) CK(cudaEventCreate(&c->pev[i]));
         c->prof_cap = true;
         size_t launches = c->launches;
         int rc = capture_into(c, &c->pgraph, e);
@@ -536,7 +531,9 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     c->m = m;
     c->fast = !o->exact;
     if (read_knobs(&c->knobs, e)) return -1;
-    if (o->kv_f32) return rl_fail(e, "CUDA: the fp32 KV cache (--kv-type f32) is CPU-only; the GPU keeps an f16 cache");
+    if (o->kv_type != RL_KV_F16)
+        return rl_fail(e, "CUDA: --kv-type %s is CPU-only so far; the GPU keeps an f16 cache",
+                       o->kv_type == RL_KV_F32 ? "f32" : "q8");
     if (!rl_cuda_device_present()) return rl_fail(e, "CUDA: no CUDA device found");
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
@@ -563,8 +560,12 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     }
     size_t mx = cfg->n_embd > c->q_dim ? cfg->n_embd : c->q_dim;
     c->max_n = mx > cfg->n_ff ? mx : cfg->n_ff;
-    size_t smem_need = rl_mv_smem((int)c->max_n, true);
-    if (smem_need > (size_t)p.sharedMemPerBlockOptin)
+    /* the 8-bit planes need n + n/8 more bytes; where only the fp32 path fits, run that */
+    size_t optin = (size_t)p.sharedMemPerBlockOptin;
+    if (c->fast && rl_mv_smem((int)c->max_n, true) > optin && rl_mv_smem((int)c->max_n, false) <= optin)
+        c->fast = false;
+    size_t smem_need = rl_mv_smem((int)c->max_n, c->fast);
+    if (smem_need > optin)
         return rl_fail(e, "CUDA: an input of %zu values needs %zu bytes of shared memory; %s has %zu",
                        c->max_n, smem_need, p.name, (size_t)p.sharedMemPerBlockOptin);
     CK((cudaError_t)rl_mv_prepare((int)c->max_n));
@@ -643,7 +644,8 @@ extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_o
     b->device = RL_DEVICE_CUDA;
     b->n_threads = 1;
     b->numerics = c->fast ? "8-bit activations for quantized weights, fp32 for float weights"
-                          : "fp32 activations (--exact)";
+                          : o->exact ? "fp32 activations (--exact)"
+                                     : "fp32 activations (the 8-bit path does not fit this GPU's shared memory)";
     return 0;
 }
 

@@ -123,6 +123,8 @@ int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStre
 /* Dynamic shared memory one matvec block needs for an input of n values (q8: with the 8-bit
  * activation planes). */
 size_t rl_mv_smem(int n, bool q8);
+/* Whether this backend has kernels for the weight type at all. */
+bool rl_mv_type_ok(uint32_t type);
 /* Whether the type's matvec has the 8-bit-activation path (the CPU's fast path). */
 bool rl_mv_q8(uint32_t type);
 /* Raises the matvec kernel's dynamic shared-memory limit to cover n values; cudaError_t. */
@@ -142,7 +144,7 @@ struct rl_att_args {
     const rl_cuda_io *io;
     int n_head, n_head_kv, hd, rope_dim, n_ctx;
     int n_split;   /* grid: splits of `split` positions covering n_ctx */
-    int split;     /* positions per split (knob); widened at depth to keep <= 16 splits */
+    int split;     /* positions per split (knob); widened at depth to keep <= max_split splits */
     int split_max; /* the widest split any position uses (shared-memory size) */
     int max_split; /* splits active at most (knob): the split widens past max_split * split */
     bool neox;

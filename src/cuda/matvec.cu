@@ -408,7 +408,9 @@ __device__ __forceinline__ float dot_q8(const raw_chunk<T> &r, const int *xw, fl
 #pragma unroll
         for (int k = 0; k < 8; k++) dot = __dp4a((int)word(r.v[k / 4], k % 4), xw[k], dot);
     }
-    return __fmul_rn(h2f((uint16_t)r.d), xd) * (float)dot;
+    /* both products rounded: a plain '*' here is fused into the caller's accumulate (FFMA),
+     * and the CPU reference (built without contraction) rounds the term first */
+    return __fmul_rn(__fmul_rn(h2f((uint16_t)r.d), xd), (float)dot);
 }
 
 /* K-quant sub-block c (32 values of super-block c / 8) against the chunk's int8 inputs, with the
@@ -685,13 +687,21 @@ static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8) {
 
 bool rl_mv_q8(uint32_t type) { return q8_ok((int)type); }
 
+/* The weight types this backend has kernels for: the one list (mv_kernel_for dispatches it). */
+static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_K, RL_Q5_K, RL_Q6_K};
+
+bool rl_mv_type_ok(uint32_t type) {
+    for (uint32_t t : k_types)
+        if (t == type) return true;
+    return false;
+}
+
 size_t rl_mv_smem(int n, bool q8) {
     return xs_f32_bytes(n) + (q8 ? (size_t)n + (size_t)(n / 32) * 8 : 0) + 16;
 }
 
 int rl_mv_prepare(int max_n) {
-    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_K, RL_Q5_K, RL_Q6_K};
-    for (uint32_t t : types)
+    for (uint32_t t : k_types)
         for (int g = 0; g < 2; g++)
             for (int q = 0; q < 2; q++) {
                 cudaError_t err = cudaFuncSetAttribute(mv_kernel_for(t, g, q), cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -124,13 +124,13 @@ def _fmt_ids(ids):
     return " ".join(str(i) for i in ids)
 
 
-def rawloop_logits(path, ids, n_vocab, tmp_path, exact, threads=None, kv_f32=False):
+def rawloop_logits(path, ids, n_vocab, tmp_path, exact, threads=None, kv_f32=False, kv=None):
     out = tmp_path / "logits.bin"
     args = ["logits", "-m", path, "--ids", _fmt_ids(ids), "-o", out]
     if exact:
         args.append("--exact")
-    if kv_f32:
-        args += ["--kv-type", "f32"]
+    if kv_f32 or kv:
+        args += ["--kv-type", "f32" if kv_f32 else kv]
     if threads is not None:
         args += ["-t", threads]
     run_rawloop(*args)
@@ -307,6 +307,32 @@ def test_logits_kv_f16(rawloop, oracle, tmp_path, name):
     got = rawloop_logits(oracle.file(name, "F32"), test_ids(spec), spec.vocab, tmp_path, False)
     err = om.rel_error(got, oracle.ref_logits(name, "F32"))
     assert err <= BOUND_EXACT, f"{name} F32 with f16 KV: rel error {err:.3g} > {BOUND_EXACT:g}"
+
+
+KV_Q8_NAMES = [n for n in SPEC_NAMES if om.SPECS[n].hd % 32 == 0]
+
+
+@pytest.mark.parametrize("name", KV_Q8_NAMES)
+def test_logits_kv_q8(rawloop, oracle, tmp_path, name):
+    """The 8-bit KV cache (blocks of 32 with an fp32 scale) against HF in fp32: within the fast
+    class, and measurably different from the f16 cache (the option really changes the cache)."""
+    spec = om.SPECS[name]
+    ref = oracle.ref_logits(name, "F32")
+    got = rawloop_logits(oracle.file(name, "F32"), test_ids(spec), spec.vocab, tmp_path, True, kv="q8")
+    err = om.rel_error(got, ref)
+    assert err <= BOUND_FAST, f"{name} F32 with q8 KV: rel error {err:.3g} > {BOUND_FAST:g}"
+    f16 = rawloop_logits(oracle.file(name, "F32"), test_ids(spec), spec.vocab, tmp_path, True)
+    assert not np.array_equal(got, f16), "q8 KV gave the f16 cache's logits bit for bit"
+
+
+def test_kv_q8_needs_head_multiple_of_32(rawloop, oracle, tmp_path):
+    name = next(n for n in SPEC_NAMES if om.SPECS[n].hd % 32)
+    p = run_rawloop("logits", "-m", oracle.file(name, "F32"), "--ids", "1 2", "-o",
+                    tmp_path / "x.bin", "--kv-type", "q8", check=False)
+    assert p.returncode == 1 and b"multiple of 32" in p.stderr, p.stderr
+    p = run_rawloop("logits", "-m", oracle.file(name, "F32"), "--ids", "1 2", "-o",
+                    tmp_path / "x.bin", "--kv-type", "q4", check=False)
+    assert p.returncode == 2 and b"f16, f32 or q8" in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("exact", [False, True], ids=["fast", "exact"])
