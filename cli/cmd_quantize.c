@@ -1,5 +1,6 @@
 /* rawloop quantize: rewrites an F32/F16/BF16 GGUF, or converts a Hugging Face model directory
- * (safetensors shards, config.json, tokenizer; src/hf.h), in one of the standard ggml types.
+ * (safetensors shards, config.json, tokenizer; src/hf.h), in one of the standard ggml types,
+ * rawloop's own RQ2, or a per-tensor mix from a recipe file.
  *
  * Streams tensor by tensor: the input is memory-mapped, each output tensor is built in one
  * buffer (the largest output tensor is the peak extra memory) by all threads over rows, and
@@ -22,8 +23,9 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-        "usage: rawloop quantize [--help] IN OUT --type T [-t N] [--pure]\n"
-        "Writes IN's model to OUT (GGUF) with its matrices in type T (1-D tensors stay F32).\n"
+        "usage: rawloop quantize [--help] IN OUT (--type T | --recipe FILE) [-t N] [--pure]\n"
+        "Writes IN's model to OUT (GGUF) with its matrices in type T or in the types a recipe\n"
+        "file gives (1-D tensors stay F32).\n"
         "IN is either a GGUF whose matrices are F32, F16 or BF16 (a matrix already in the type\n"
         "the recipe chooses is copied as is), or a Hugging Face model directory: config.json,\n"
         "*.safetensors (F32/F16/BF16; shards via model.safetensors.index.json), tokenizer.json\n"
@@ -32,12 +34,27 @@ static void usage(FILE *out) {
         "the Q/K row order come out as llama.cpp's convert_hf_to_gguf.py writes them.\n"
         "  --type T   one of:");
     for (size_t i = 0; rl_ftype_at(i); i++) fprintf(out, " %s", rl_ftype_at(i)->name);
+    for (size_t i = 0; rl_ftype_rawloop_at(i); i++) fprintf(out, " %s", rl_ftype_rawloop_at(i)->name);
     fprintf(out,
         "\n"
         "             Q4_K_M/Q5_K_M: output head and attn_v/ffn_down of some layers in Q6_K\n"
         "             (llama.cpp's recipes); matrices whose row length is not a multiple of the\n"
         "             type's block fall back to Q8_0 (or F16). docs/FORMATS.md has the rules.\n"
-        "  --pure     every matrix in the base type (no _M mix)\n"
+        "             RQ2: rawloop's 2-bit type (64-value blocks, 2.5 bits per weight; only\n"
+        "             rawloop reads it), token_embd.weight in Q8_0 unless --pure\n"
+        "  --recipe FILE  per-tensor types: lines 'PATTERN TYPE', first match wins; PATTERN a\n"
+        "             glob over the tensor name ('*' any run, '?' one character), e.g.\n"
+        "               blk.*.ffn_gate.weight RQ2\n"
+        "               blk.*.attn_*.weight   Q8_0\n"
+        "               *                     Q4_K\n"
+        "             TYPE one of:");
+    for (size_t i = 0; rl_type_computable_at(i) != UINT32_MAX; i++)
+        fprintf(out, " %s", rl_type_name(rl_type_computable_at(i)));
+    fprintf(out,
+        "\n"
+        "             ('#' starts a comment). A matrix no rule matches is an error; the row\n"
+        "             fallback above applies (noted in the output)\n"
+        "  --pure     every matrix in the base type (no _M mix, RQ2's token_embd too)\n"
         "  -t N       threads (default: all CPUs)\n");
 }
 
@@ -76,6 +93,14 @@ static void q_worker(void *ctx, size_t ith, size_t nth) {
 static int open_input(const char *inp, bool is_hf, gguf_file *f, hf_model *h, src_tensor **out,
                       size_t *n, size_t *n_layer, gguf_writer *w, const rl_ftype *ft, rl_err *e);
 
+/* Slot of an output type in the per-type tallies (output types are always computable). */
+static size_t type_slot(uint32_t t) {
+    size_t i = 0;
+    while (rl_type_computable_at(i) != UINT32_MAX && rl_type_computable_at(i) != t) i++;
+    return i;
+}
+#define N_SLOTS 16 /* more than the computable types */
+
 /* n_layer from {arch}.block_count, else one more than the largest blk.N in the tensor names. */
 static int model_layers(const gguf_file *f, size_t *n_layer, rl_err *e) {
     gguf_str arch;
@@ -108,9 +133,9 @@ static bool same_file(const char *a, const char *b) {
 
 int cmd_quantize(int argc, char **argv) {
     static const struct option opts[] = {{"type", 1, 0, 'T'}, {"threads", 1, 0, 't'},
-                                         {"pure", 0, 0, 'P'}, {"help", 0, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *type_name = NULL;
+                                         {"pure", 0, 0, 'P'}, {"recipe", 1, 0, 'R'},
+                                         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *type_name = NULL, *recipe_path = NULL;
     long threads = 0;
     bool pure = false;
     int c;
@@ -118,19 +143,26 @@ int cmd_quantize(int argc, char **argv) {
     while ((c = getopt_long(argc, argv, "t:h", opts, NULL)) != -1) {
         switch (c) {
         case 'T': type_name = optarg; break;
+        case 'R': recipe_path = optarg; break;
         case 't': if (cli_parse_long("-t", optarg, 1, 1024, &threads)) return 2; break;
         case 'P': pure = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
-    if (!type_name || argc - optind != 2) {
+    if (!type_name == !recipe_path || argc - optind != 2) {
+        if (type_name && recipe_path) fprintf(stderr, "rawloop quantize: give --type or --recipe, not both\n");
+        usage(stderr);
+        return 2;
+    }
+    if (recipe_path && pure) {
+        fprintf(stderr, "rawloop quantize: --pure applies to --type only\n");
         usage(stderr);
         return 2;
     }
     const char *inp = argv[optind], *outp = argv[optind + 1];
-    const rl_ftype *ft = rl_ftype_find(type_name);
-    if (!ft) {
+    const rl_ftype *ft = type_name ? rl_ftype_find(type_name) : NULL;
+    if (type_name && !ft) {
         fprintf(stderr, "rawloop quantize: unknown type '%s'\n", type_name);
         usage(stderr);
         return 2;
@@ -141,6 +173,16 @@ int cmd_quantize(int argc, char **argv) {
     }
 
     rl_err e = {{0}};
+    rl_recipe_rules rules = {0};
+    rl_ftype recipe_ft = {"recipe", RL_F16, false, 1}; /* only names the file type */
+    if (recipe_path) {
+        if (rl_recipe_load(&rules, recipe_path, &e) < 0) {
+            fprintf(stderr, "rawloop: quantize: %s\n", e.msg);
+            return 1;
+        }
+        recipe_ft.file_type = rl_recipe_file_type(&rules);
+        ft = &recipe_ft;
+    }
     gguf_file f = {0};
     hf_model h = {0};
     src_tensor *src = NULL;
@@ -171,12 +213,21 @@ int cmd_quantize(int argc, char **argv) {
     types = calloc(n_src ? n_src : 1, sizeof *types);
     if (!types) goto oom;
 
-    /* choose every type first, so that a refused tensor stops us before anything is written */
+    /* choose every type first, so that a refused tensor stops us before anything is written;
+     * row-length fallbacks are tallied per (wanted, written) pair for one note each */
     size_t max_out = 0, max_cols = 0, bytes_in = 0, bytes_out = 0, elems = 0;
+    size_t n_fb[N_SLOTS][N_SLOTS] = {{0}}, first_fb[N_SLOTS][N_SLOTS] = {{0}};
     for (size_t i = 0; i < n_src; i++) {
         const src_tensor *t = &src[i];
         const char *name = t->name;
-        uint32_t dt = rl_recipe_type(&rctx, name, t->n_dims, t->ne);
+        rl_recipe_choice ch;
+        if (rl_recipe_choose(&rctx, recipe_path ? &rules : NULL, name, t->n_dims, t->ne, &ch, &e) < 0)
+            goto fail;
+        uint32_t dt = ch.type;
+        if (ch.wanted != dt) {
+            size_t a = type_slot(ch.wanted), b = type_slot(dt);
+            if (!n_fb[a][b]++) first_fb[a][b] = i;
+        }
         if (dt != t->type && !rl_type_is_float(t->type)) {
             rl_fail(&e, "%s: tensor '%s' is %s: requantizing from %s is not supported; give an "
                         "F32/F16/BF16 file", inp, name, rl_type_name(t->type),
@@ -201,13 +252,23 @@ int cmd_quantize(int argc, char **argv) {
     if (!buf || !scratch) goto oom;
     if (rl_pool_new(&pool, nth, &e) < 0) goto fail;
     if (gguf_writer_begin(w, outp, &e) < 0) goto fail;
-    fprintf(stderr, "rawloop quantize: %s -> %s (%s%s), %zu tensors, %zu layers, %zu threads, "
+    fprintf(stderr, "rawloop quantize: %s -> %s (%s%s%s%s), %zu tensors, %zu layers, %zu threads, "
                     "peak buffer %.1f MB beyond the mapped input\n",
-            inp, outp, ft->name, pure ? ", pure" : "", n_src, n_layer, nth,
-            (max_out + max_cols * nth * sizeof(float)) / 1e6);
+            inp, outp, ft->name, recipe_path ? " " : "", recipe_path ? recipe_path : "",
+            pure ? ", pure" : "", n_src, n_layer, nth, (max_out + max_cols * nth * sizeof(float)) / 1e6);
+    for (size_t a = 0; a < N_SLOTS; a++)
+        for (size_t b = 0; b < N_SLOTS; b++) {
+            if (!n_fb[a][b]) continue;
+            const src_tensor *t = &src[first_fb[a][b]];
+            uint32_t want = rl_type_computable_at(a);
+            fprintf(stderr, "rawloop quantize: note: %zu matri%s in %s instead of %s: rows of %llu "
+                            "values are not a multiple of its %zu-value block (first: %s)\n",
+                    n_fb[a][b], n_fb[a][b] == 1 ? "x" : "ces", rl_type_name(rl_type_computable_at(b)),
+                    rl_type_name(want), (unsigned long long)t->ne[0], rl_type_get(want)->blck, t->name);
+        }
 
     double t0 = cli_now(), last = t0;
-    size_t done = 0, count[RL_TYPE_COUNT] = {0};
+    size_t done = 0, count[N_SLOTS] = {0};
     for (size_t i = 0; i < n_src; i++) {
         const src_tensor *t = &src[i];
         /* rows from the shape, not nbytes / row bytes: ggml allows empty (ne = 0) tensors */
@@ -221,7 +282,7 @@ int cmd_quantize(int argc, char **argv) {
             out = buf;
         }
         if (gguf_writer_write_tensor(w, out, drb * rows, &e) < 0) goto fail;
-        count[types[i]]++;
+        count[type_slot(types[i])]++;
         done += t->nbytes;
         double now = cli_now();
         if (now - last >= 1.0 || i + 1 == n_src) {
@@ -234,8 +295,8 @@ int cmd_quantize(int argc, char **argv) {
     }
     if (gguf_writer_finish(w, &e) < 0) goto fail;
     fprintf(stderr, "\nrawloop quantize: wrote %s in %.1f s\n  tensors:", outp, cli_now() - t0);
-    for (uint32_t ty = 0; ty < RL_TYPE_COUNT; ty++)
-        if (count[ty]) fprintf(stderr, " %zu %s", count[ty], rl_type_name(ty));
+    for (size_t k = 0; k < N_SLOTS; k++)
+        if (count[k]) fprintf(stderr, " %zu %s", count[k], rl_type_name(rl_type_computable_at(k)));
     fprintf(stderr, "\n  tensor bytes: %zu in, %zu out (%.3f of the input); %.3f bits per weight\n",
             bytes_in, bytes_out, bytes_in ? (double)bytes_out / bytes_in : 0.0,
             elems ? 8.0 * bytes_out / elems : 0.0);
@@ -254,6 +315,7 @@ out:
     free(src);
     hf_close(&h);
     gguf_close(&f);
+    rl_recipe_free(&rules);
     return rc;
 }
 
@@ -292,6 +354,8 @@ static int open_input(const char *inp, bool is_hf, gguf_file *f, hf_model *h, sr
         } else if (gguf_str_eq(kv->key, "general.quantization_version")) {
             r = gguf_w_u32(w, "general.quantization_version", 2, e);
             saw_qv = true;
+        } else if (gguf_str_eq(kv->key, RL_FORMAT_VERSION_KEY)) {
+            r = 0; /* the writer adds it when the output holds rawloop types */
         } else {
             r = gguf_w_copy_kv(w, kv, e);
         }

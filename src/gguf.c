@@ -283,6 +283,9 @@ static int parse_tensor_info(cursor *c, gguf_tensor *t, size_t i) {
     }
     if (rd_u32(c, &t->type, "type") || rd_u64(c, &t->offset, "offset")) return -1;
     const rl_type_info *ti = rl_type_get(t->type);
+    if (!ti && rl_type_is_rawloop(t->type))
+        return rl_fail(c->e, "%s: tensor '%s': rawloop type id %u is unknown to this build "
+                       "(written by a newer rawloop?)", c->file, nb, t->type);
     if (!ti)
         return rl_fail(c->e, "%s: tensor '%s': unknown or unsupported ggml type id %u", c->file,
                        nb, t->type);
@@ -318,6 +321,34 @@ static int check_alignment(gguf_file *f, rl_err *e) {
         return rl_fail(e, "%s: key 'general.alignment' is %u, must be a non-zero power of two",
                        f->name, a);
     f->alignment = a;
+    return 0;
+}
+
+/* A tensor in one of rawloop's own types (RQ2, ...) is only trusted when the file says which
+ * version of those layouts it was written with: RL_FORMAT_VERSION_KEY, a uint32 from 1 to the
+ * version this build knows. Layouts may change between versions, and without the key a file
+ * could be a foreign one that happens to reuse the ids. */
+static int check_format_version(gguf_file *f, rl_err *e) {
+    const gguf_tensor *t = NULL;
+    for (size_t i = 0; i < f->n_tensors && !t; i++)
+        if (rl_type_is_rawloop(f->tensors[i].type)) t = &f->tensors[i];
+    if (!t) return 0;
+    char nb[96];
+    show(nb, sizeof nb, t->name);
+    const gguf_kv *kv = gguf_find(f, RL_FORMAT_VERSION_KEY);
+    if (!kv)
+        return rl_fail(e, "%s: tensor '%s' has rawloop's own type %s, but the file lacks the key "
+                       "'%s' (UINT32, %u) that files with rawloop types must carry", f->name, nb,
+                       rl_type_name(t->type), RL_FORMAT_VERSION_KEY, RL_FORMAT_VERSION);
+    if (kv->type != GGUF_U32)
+        return rl_fail(e, "%s: key '%s' must be UINT32, found %s", f->name,
+                       RL_FORMAT_VERSION_KEY, gguf_vtype_name(kv->type));
+    uint32_t v = (uint32_t)kv->data[0] | (uint32_t)kv->data[1] << 8 |
+                 (uint32_t)kv->data[2] << 16 | (uint32_t)kv->data[3] << 24;
+    if (v < 1 || v > RL_FORMAT_VERSION)
+        return rl_fail(e, "%s: key '%s' is %u; this build reads rawloop format version 1%s",
+                       f->name, RL_FORMAT_VERSION_KEY, v,
+                       v > RL_FORMAT_VERSION ? " (the file was written by a newer rawloop)" : "");
     return 0;
 }
 
@@ -382,6 +413,8 @@ static int parse(gguf_file *f, rl_err *e) {
                            show(nb, sizeof nb, f->tensors[i].name), dup, i);
         }
     }
+
+    if (check_format_version(f, e)) return -1;
 
     /* Tensor data: packed in order, each padded to the alignment, after the aligned header. */
     f->data_offset = (size_t)align_up(c.pos, f->alignment);
@@ -699,6 +732,7 @@ struct gguf_writer {
     size_t *sizes;    /* [n_tensors] nbytes of each tensor */
     uint64_t data_size; /* padded size of the data section so far */
     bool has_align_kv;
+    bool has_rawloop_type; /* a tensor of a rawloop type: begin adds RL_FORMAT_VERSION_KEY */
     FILE *fp;
     char *path, *tmp;
     size_t next; /* next tensor to write */
@@ -903,6 +937,7 @@ int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_di
     if (!nm || !sz || !(nm[w->n_tensors] = strdup(name)))
         return rl_fail(e, "gguf writer: out of memory");
     sz[w->n_tensors++] = (size_t)bytes;
+    w->has_rawloop_type |= rl_type_is_rawloop(type);
     put_str(&w->infos, name, len);
     put_u32(&w->infos, n_dims);
     for (uint32_t d = 0; d < n_dims; d++) put_u64(&w->infos, ne[d]);
@@ -932,6 +967,12 @@ static int w_pad(gguf_writer *w, uint64_t written, rl_err *e) {
 
 int gguf_writer_begin(gguf_writer *w, const char *path, rl_err *e) {
     if (w->fp || w->path) return rl_fail(e, "gguf writer: begin called twice");
+    /* files with rawloop's own types always say which layout version they hold */
+    bool has_version = false;
+    for (size_t i = 0; i < w->n_kv; i++) has_version |= !strcmp(w->keys[i], RL_FORMAT_VERSION_KEY);
+    if (w->has_rawloop_type && !has_version &&
+        gguf_w_u32(w, RL_FORMAT_VERSION_KEY, RL_FORMAT_VERSION, e) < 0)
+        return -1;
     if (w_done(w, e)) return -1;
     size_t n = strlen(path);
     w->path = strdup(path);

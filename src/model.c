@@ -142,7 +142,7 @@ static int bind_matrix(rl_model *m, rl_matrix *out, const char *name, size_t row
                        (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], cols, rows);
     if (!rl_type_computable(t->type))
         return rl_fail(e, "%s: tensor '%s' has type %s (id %u), which rawloop cannot compute with "
-                       "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)", fname(m), name,
+                       "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, RQ2)", fname(m), name,
                        rl_type_name(t->type), t->type);
     out->type = t->type;
     out->data = t->data;
@@ -250,15 +250,22 @@ int rl_model_load(rl_model *m, const char *path, rl_err *e) {
                 fname(m), rl_tok_n_vocab(m->tok), m->cfg.n_vocab);
         goto fail;
     }
-    /* The most common matrix type by bytes names the file ("Q4_0"). */
-    size_t by_type[RL_TYPE_COUNT] = {0};
+    /* The most common matrix type by bytes names the file ("Q4_0"); ggml's ids and rawloop's
+     * own (from RL_RAWLOOP_TYPE_BASE) share one tally, rawloop's after ggml's. */
+    enum { N_OWN = RL_RAWLOOP_TYPE_END - RL_RAWLOOP_TYPE_BASE };
+    size_t by_type[RL_TYPE_COUNT + N_OWN] = {0};
     for (size_t i = 0; i < m->file.n_tensors; i++) {
         const gguf_tensor *t = &m->file.tensors[i];
         m->file_weight_bytes += t->nbytes;
-        if (t->ne[1] > 1 && t->type < RL_TYPE_COUNT) by_type[t->type] += t->nbytes;
+        if (t->ne[1] <= 1) continue;
+        if (t->type < RL_TYPE_COUNT) by_type[t->type] += t->nbytes;
+        else if (t->type >= RL_RAWLOOP_TYPE_BASE && t->type < RL_RAWLOOP_TYPE_END)
+            by_type[RL_TYPE_COUNT + (t->type - RL_RAWLOOP_TYPE_BASE)] += t->nbytes;
     }
-    for (uint32_t t = 0; t < RL_TYPE_COUNT; t++)
-        if (by_type[t] > by_type[m->main_type]) m->main_type = t;
+    size_t best = m->main_type;
+    for (uint32_t i = 0; i < RL_TYPE_COUNT + N_OWN; i++)
+        if (by_type[i] > by_type[best]) best = i;
+    m->main_type = best < RL_TYPE_COUNT ? (uint32_t)best : (uint32_t)(RL_RAWLOOP_TYPE_BASE + best - RL_TYPE_COUNT);
     return 0;
 fail:
     rl_model_free(m);

@@ -154,6 +154,27 @@ static void deq_q6_k(const uint8_t *b, float *y) {
     }
 }
 
+/* RQ2: [0,16) codes (weight j: byte j/4, bits 2*(j%4))  [16,18) d  [18,20) m */
+static inline int rq2_code(const uint8_t *b, size_t j) {
+    return (b[j / 4] >> (2 * (j % 4))) & 3;
+}
+
+static void deq_rq2(const uint8_t *b, float *y) {
+    float d = ld_f16(b + 16), m = ld_f16(b + 18);
+    for (size_t j = 0; j < RL_QK_RQ2; j++) y[j] = d * (float)rq2_code(b, j) + m;
+}
+
+/* The table decoder: byte -> its 4 codes as 4 bytes, lowest code in the lowest byte, so one
+ * 32-bit load gives a dp4a/maddubs operand in weight order. Built by the preprocessor so it is
+ * a constant the GPU side can copy as is; tests/unit/test_quant.c checks it against rq2_code. */
+#define RQ2_C4(b) ((uint32_t)((b) & 3) | (uint32_t)(((b) >> 2) & 3) << 8 | \
+                   (uint32_t)(((b) >> 4) & 3) << 16 | (uint32_t)(((b) >> 6) & 3) << 24)
+#define RQ2_L4(b) RQ2_C4(b), RQ2_C4((b) + 1), RQ2_C4((b) + 2), RQ2_C4((b) + 3)
+#define RQ2_L16(b) RQ2_L4(b), RQ2_L4((b) + 4), RQ2_L4((b) + 8), RQ2_L4((b) + 12)
+#define RQ2_L64(b) RQ2_L16(b), RQ2_L16((b) + 16), RQ2_L16((b) + 32), RQ2_L16((b) + 48)
+static const uint32_t k_rq2_lut[256] = {RQ2_L64(0), RQ2_L64(64), RQ2_L64(128), RQ2_L64(192)};
+const uint32_t *const rl_rq2_lut = k_rq2_lut;
+
 void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n) {
     const uint8_t *b = src;
     switch (type) {
@@ -190,6 +211,9 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n) {
         return;
     case RL_Q6_K:
         for (size_t i = 0; i < n / RL_QK_K; i++) deq_q6_k(b + i * 210, dst + i * RL_QK_K);
+        return;
+    case RL_RQ2:
+        for (size_t i = 0; i < n / RL_QK_RQ2; i++) deq_rq2(b + i * 20, dst + i * RL_QK_RQ2);
         return;
     default:
         /* not computable: callers check rl_type_computable first; leave a visible result */
@@ -344,6 +368,71 @@ static void quant_q6_k(const float *x, uint8_t *b) {
     }
 }
 
+/* RQ2 fit of one block. Returns the squared error of x ~ d*q + m with d and m first rounded
+ * to fp16 (what the file stores) and the codes q chosen as the nearest level; fills q. */
+static float rq2_assign(const float *x, float d, float m, uint8_t *q) {
+    d = rl_f16_to_f32(rl_f32_to_f16(d));
+    m = rl_f16_to_f32(rl_f32_to_f16(m));
+    float id = d > 0 ? 1.0f / d : 0.0f, e = 0;
+    for (size_t j = 0; j < RL_QK_RQ2; j++) {
+        q[j] = (uint8_t)clampi((int)lrintf((x[j] - m) * id), 0, 3);
+        float r = d * (float)q[j] + m - x[j];
+        e += r * r;
+    }
+    return e;
+}
+
+/* Least-squares d, m for fixed codes q (a line through the points (q_j, x_j)); false when all
+ * codes are equal and the slope is undetermined. */
+static bool rq2_refit(const float *x, const uint8_t *q, float *d, float *m) {
+    double sq = 0, sqq = 0, sx = 0, sqx = 0, n = RL_QK_RQ2;
+    for (size_t j = 0; j < RL_QK_RQ2; j++) {
+        sq += q[j];
+        sqq += q[j] * q[j];
+        sx += x[j];
+        sqx += q[j] * (double)x[j];
+    }
+    double det = n * sqq - sq * sq;
+    if (det <= 0) return false;
+    double dd = (n * sqx - sq * sx) / det;
+    if (!(dd > 0)) return false;
+    *d = (float)dd;
+    *m = (float)((sx - dd * sq) / n);
+    return true;
+}
+
+/* RQ2 quantizer: every candidate step d = range / (3 + k/2), k = 0..8 (the min/max fit first,
+ * then ever stronger clipping of both tails), is centred on the block's range, then refined by
+ * two rounds of "codes for (d, m), least-squares (d, m) for those codes" (Lloyd iterations for a
+ * uniform 4-level grid); the fit with the least squared error after fp16 rounding of d and m
+ * wins. A constant block stores d = 0, m = the value. */
+static void quant_rq2(const float *x, uint8_t *b) {
+    float lo = x[0], hi = x[0];
+    for (size_t j = 1; j < RL_QK_RQ2; j++) {
+        lo = fminf(lo, x[j]);
+        hi = fmaxf(hi, x[j]);
+    }
+    uint8_t q[RL_QK_RQ2], bq[RL_QK_RQ2];
+    float best_d = 0, best_m = lo, best = rq2_assign(x, 0, lo, bq);
+    for (int k = 0; k <= 8 && hi > lo; k++) {
+        float d = (hi - lo) / (3 + 0.5f * (float)k), m = lo + ((hi - lo) - 3 * d) / 2;
+        for (int it = 0;; it++) {
+            float e = rq2_assign(x, d, m, q);
+            if (e < best) {
+                best = e;
+                best_d = d;
+                best_m = m;
+                memcpy(bq, q, sizeof q);
+            }
+            if (it == 2 || !rq2_refit(x, q, &d, &m)) break;
+        }
+    }
+    st_f16(b + 16, best_d);
+    st_f16(b + 18, best_m);
+    memset(b, 0, 16);
+    for (size_t j = 0; j < RL_QK_RQ2; j++) b[j / 4] |= (uint8_t)(bq[j] << (2 * (j % 4)));
+}
+
 void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n) {
     uint8_t *b = dst;
     switch (type) {
@@ -374,6 +463,9 @@ void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n) {
         return;
     case RL_Q6_K:
         for (size_t i = 0; i < n / RL_QK_K; i++) quant_q6_k(src + i * RL_QK_K, b + i * 210);
+        return;
+    case RL_RQ2:
+        for (size_t i = 0; i < n / RL_QK_RQ2; i++) quant_rq2(src + i * RL_QK_RQ2, b + i * 20);
         return;
     default:
         return;
@@ -468,6 +560,18 @@ static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size
                     dot += sc[e / 16] * (q - 32) * ab[j].qs[l];
                 }
                 acc += d * ab[j].d * (float)dot;
+            }
+        }
+        return acc;
+    case RL_RQ2:
+        /* per 32-value half: integer dot of the codes, then the scale and the min term */
+        for (size_t i = 0; i < n / RL_QK_RQ2; i++, w += 20) {
+            float d = ld_f16(w + 16), m = ld_f16(w + 18);
+            const rl_q8a *ab = a + 2 * i;
+            for (size_t h = 0; h < 2; h++) {
+                int dot = 0;
+                for (size_t l = 0; l < RL_QK; l++) dot += rq2_code(w, RL_QK * h + l) * ab[h].qs[l];
+                acc += d * ab[h].d * (float)dot + m * ab[h].s;
             }
         }
         return acc;

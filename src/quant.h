@@ -31,8 +31,13 @@ void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
 
 /* Quantizes n floats into type (any computable type). Q8_0 and Q4_0 follow ggml's reference
- * quantizers (byte-identical); the K-quants produce valid blocks with a simple rounding search. */
+ * quantizers (byte-identical); the K-quants produce valid blocks with a simple rounding search;
+ * RQ2 searches (d, m) per block for the least squared error (docs/FORMATS.md, section RQ2). */
 void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
+
+/* RQ2 table decoder: entry b holds the 4 codes of code byte b, code k in byte k (a dp4a /
+ * maddubs operand in weight order). 256 entries. */
+extern const uint32_t *const rl_rq2_lut;
 
 /* The fast path's activation block: 32 int8 values with one fp32 scale d (x ~ d*qs), and
  * s = d * sum(qs), which lets offset formats (Q4_0's -8, K-quant mins) fold in one multiply;

@@ -1,5 +1,6 @@
 #include "recipe.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,14 +17,25 @@ static const rl_ftype k_ftypes[] = {
     {"Q5_K_M", RL_Q5_K, true, 17},
 };
 
+/* rawloop's own file types: kept apart from llama.cpp's list, whose numbers they do not use */
+static const rl_ftype k_rawloop_ftypes[] = {
+    {"RQ2", RL_RQ2, false, RL_FILE_TYPE_RAWLOOP},
+};
+
 const rl_ftype *rl_ftype_find(const char *name) {
     for (size_t i = 0; i < sizeof k_ftypes / sizeof *k_ftypes; i++)
         if (!strcasecmp(k_ftypes[i].name, name)) return &k_ftypes[i];
+    for (size_t i = 0; i < sizeof k_rawloop_ftypes / sizeof *k_rawloop_ftypes; i++)
+        if (!strcasecmp(k_rawloop_ftypes[i].name, name)) return &k_rawloop_ftypes[i];
     return NULL;
 }
 
 const rl_ftype *rl_ftype_at(size_t i) {
     return i < sizeof k_ftypes / sizeof *k_ftypes ? &k_ftypes[i] : NULL;
+}
+
+const rl_ftype *rl_ftype_rawloop_at(size_t i) {
+    return i < sizeof k_rawloop_ftypes / sizeof *k_rawloop_ftypes ? &k_rawloop_ftypes[i] : NULL;
 }
 
 bool rl_recipe_more_bits(size_t i, size_t n) {
@@ -41,20 +53,206 @@ static long layer_of(const char *name, const char *suffix) {
     return l;
 }
 
+/* The row-length fallback shared by file types and recipe files. */
+static uint32_t fit_row(uint32_t t, uint64_t ne0) {
+    const rl_type_info *ti = rl_type_get(t);
+    if (ne0 % ti->blck == 0) return t;
+    if (ne0 % RL_QK == 0) return RL_Q8_0;
+    return RL_F16;
+}
+
+int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const char *name,
+                     uint32_t n_dims, const uint64_t *ne, rl_recipe_choice *out, rl_err *e) {
+    *out = (rl_recipe_choice){RL_F32, RL_F32, 0};
+    if (n_dims < 2) return 0;
+    uint32_t t;
+    if (rules) {
+        const rl_recipe_rule *hit = NULL;
+        for (size_t i = 0; i < rules->n && !hit; i++)
+            if (rl_glob_match(rules->rule[i].pattern, name)) hit = &rules->rule[i];
+        if (!hit)
+            return rl_fail(e, "%s: no rule matches tensor '%s' (add a catch-all line such as "
+                           "'* Q8_0' at the end)", rules->name, name);
+        t = hit->type;
+        out->line = hit->line;
+    } else {
+        const rl_ftype *ft = c->ft;
+        t = ft->base;
+        if (ft->mix_m && !c->pure && !rl_type_is_float(t)) {
+            bool head = !strcmp(name, "output.weight") ||
+                        (!c->has_output && !strcmp(name, "token_embd.weight"));
+            long l = layer_of(name, "attn_v.weight");
+            if (l < 0) l = layer_of(name, "ffn_down.weight");
+            if (head || (l >= 0 && rl_recipe_more_bits((size_t)l, c->n_layer))) t = RL_Q6_K;
+        }
+        if (rl_type_is_rawloop(t) && !c->pure && !strcmp(name, "token_embd.weight")) t = RL_Q8_0;
+    }
+    out->wanted = t;
+    out->type = fit_row(t, ne[0]);
+    return 0;
+}
+
 uint32_t rl_recipe_type(const rl_recipe_ctx *c, const char *name, uint32_t n_dims,
                         const uint64_t *ne) {
-    if (n_dims < 2) return RL_F32;
-    const rl_ftype *ft = c->ft;
-    uint32_t t = ft->base;
-    if (ft->mix_m && !c->pure && !rl_type_is_float(t)) {
-        bool head = !strcmp(name, "output.weight") ||
-                    (!c->has_output && !strcmp(name, "token_embd.weight"));
-        long l = layer_of(name, "attn_v.weight");
-        if (l < 0) l = layer_of(name, "ffn_down.weight");
-        if (head || (l >= 0 && rl_recipe_more_bits((size_t)l, c->n_layer))) t = RL_Q6_K;
+    rl_recipe_choice ch;
+    rl_recipe_choose(c, NULL, name, n_dims, ne, &ch, NULL); /* cannot fail without rules */
+    return ch.type;
+}
+
+/* ---- recipe files ---------------------------------------------------------------------------- */
+
+bool rl_glob_match(const char *p, const char *s) {
+    /* iterative: on a mismatch after a '*', let that star absorb one more character */
+    const char *star = NULL, *resume = NULL;
+    while (*s) {
+        if (*p == '*') {
+            star = p++;
+            resume = s;
+        } else if (*p == '?' || *p == *s) {
+            p++;
+            s++;
+        } else if (star) {
+            p = star + 1;
+            s = ++resume;
+        } else {
+            return false;
+        }
     }
-    const rl_type_info *ti = rl_type_get(t);
-    if (ne[0] % ti->blck == 0) return t;
-    if (ne[0] % RL_QK == 0) return RL_Q8_0;
-    return RL_F16;
+    while (*p == '*') p++;
+    return *p == '\0';
+}
+
+void rl_recipe_free(rl_recipe_rules *r) {
+    free(r->rule);
+    r->rule = NULL;
+    r->n = 0;
+}
+
+/* The known tensor type names, for messages. */
+static void type_list(char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; rl_type_computable_at(i) != UINT32_MAX && used < cap; i++) {
+        int k = snprintf(buf + used, cap - used, "%s%s", i ? " " : "", rl_type_name(rl_type_computable_at(i)));
+        if (k < 0) break;
+        used += (size_t)k;
+    }
+}
+
+static bool is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r'; }
+
+int rl_recipe_parse(rl_recipe_rules *r, const char *text, size_t len, const char *name, rl_err *e) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->name, sizeof r->name, "%s", name ? name : "(recipe)");
+    size_t cap = 0, line = 0;
+    for (size_t pos = 0; pos < len;) {
+        size_t end = pos;
+        while (end < len && text[end] != '\n') end++;
+        line++;
+        /* split the line (comment stripped) into at most 3 fields */
+        const char *f[3];
+        size_t fl[3], nf = 0;
+        for (size_t i = pos; i < end && text[i] != '#';) {
+            if (text[i] == '\0') {
+                rl_fail(e, "%s:%zu: NUL byte in the line (not a text file?)", r->name, line);
+                goto fail;
+            }
+            if (is_blank(text[i])) {
+                i++;
+                continue;
+            }
+            size_t j = i;
+            while (j < end && !is_blank(text[j]) && text[j] != '#' && text[j] != '\0') j++;
+            if (nf < 3) {
+                f[nf] = text + i;
+                fl[nf] = j - i;
+            }
+            nf++;
+            i = j;
+        }
+        pos = end + 1;
+        if (nf == 0) continue;
+        if (nf != 2) {
+            rl_fail(e, "%s:%zu: expected 'PATTERN TYPE', found %zu field%s", r->name, line, nf,
+                    nf == 1 ? "" : "s");
+            goto fail;
+        }
+        if (fl[0] >= sizeof r->rule->pattern) {
+            rl_fail(e, "%s:%zu: pattern of %zu bytes is too long (max %zu)", r->name, line, fl[0],
+                    sizeof r->rule->pattern - 1);
+            goto fail;
+        }
+        char tn[32];
+        snprintf(tn, sizeof tn, "%.*s", (int)(fl[1] < 31 ? fl[1] : 31), f[1]);
+        uint32_t t = fl[1] < 31 ? rl_type_from_name(tn) : UINT32_MAX;
+        if (t == UINT32_MAX) {
+            char known[256];
+            type_list(known, sizeof known);
+            rl_fail(e, "%s:%zu: unknown tensor type '%.*s' (known: %s)", r->name, line,
+                    (int)(fl[1] < 64 ? fl[1] : 64), f[1], known);
+            goto fail;
+        }
+        if (r->n == cap) {
+            cap = cap ? 2 * cap : 16;
+            rl_recipe_rule *nr = realloc(r->rule, cap * sizeof *nr);
+            if (!nr) {
+                rl_fail(e, "%s: out of memory", r->name);
+                goto fail;
+            }
+            r->rule = nr;
+        }
+        rl_recipe_rule *rr = &r->rule[r->n++];
+        memcpy(rr->pattern, f[0], fl[0]);
+        rr->pattern[fl[0]] = '\0';
+        rr->type = t;
+        rr->line = line;
+    }
+    if (r->n == 0) {
+        rl_fail(e, "%s: no rules (expected lines 'PATTERN TYPE')", r->name);
+        goto fail;
+    }
+    return 0;
+fail:
+    rl_recipe_free(r);
+    return -1;
+}
+
+int rl_recipe_load(rl_recipe_rules *r, const char *path, rl_err *e) {
+    enum { MAX_BYTES = 1 << 20 };
+    memset(r, 0, sizeof *r);
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return rl_fail(e, "%s: cannot open recipe: %s", path, strerror(errno));
+    char *buf = malloc(MAX_BYTES + 1);
+    if (!buf) {
+        fclose(fp);
+        return rl_fail(e, "%s: out of memory", path);
+    }
+    size_t len = fread(buf, 1, MAX_BYTES + 1, fp);
+    int err = ferror(fp) ? errno : 0;
+    fclose(fp);
+    int rc;
+    if (err)
+        rc = rl_fail(e, "%s: cannot read recipe: %s", path, strerror(err));
+    else if (len > MAX_BYTES)
+        rc = rl_fail(e, "%s: recipe file is larger than %d bytes", path, MAX_BYTES);
+    else
+        rc = rl_recipe_parse(r, buf, len, path, e);
+    free(buf);
+    return rc;
+}
+
+uint32_t rl_recipe_file_type(const rl_recipe_rules *r) {
+    if (r->n == 0) return 1;
+    uint32_t t = r->rule[0].type;
+    bool seen_star = false;
+    for (size_t i = 0; i < r->n; i++) {
+        if (rl_type_is_rawloop(r->rule[i].type)) return RL_FILE_TYPE_RAWLOOP;
+        if (!seen_star && !strcmp(r->rule[i].pattern, "*")) { /* later ones are never reached */
+            t = r->rule[i].type;
+            seen_star = true;
+        }
+    }
+    for (size_t i = 0; i < sizeof k_ftypes / sizeof *k_ftypes; i++)
+        if (k_ftypes[i].base == t && !k_ftypes[i].mix_m) return k_ftypes[i].file_type;
+    return 1;
 }

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "err.h"
+
 /* A file type: a plain tensor type for every matrix, or a llama.cpp-style mix. */
 typedef struct rl_ftype {
     const char *name;   /* "Q4_K_M" */
@@ -19,10 +21,48 @@ typedef struct rl_ftype {
     uint32_t file_type; /* general.file_type value (llama.cpp's llama_ftype) */
 } rl_ftype;
 
-/* Case-insensitive lookup; NULL for an unknown name. */
+/* general.file_type of files whose matrices use rawloop's own types (outside llama_ftype,
+ * whose largest value, LLAMA_FTYPE_GUESSED, is 1024). */
+#define RL_FILE_TYPE_RAWLOOP 2048u
+
+/* Case-insensitive lookup, llama.cpp's file types and rawloop's (RQ2); NULL for an unknown
+ * name. */
 const rl_ftype *rl_ftype_find(const char *name);
-/* The i-th known file type (for usage text); NULL past the end. */
+/* The i-th known llama.cpp file type (for usage text); NULL past the end. */
 const rl_ftype *rl_ftype_at(size_t i);
+/* The i-th rawloop file type (RQ2: every matrix in RQ2 but token_embd in Q8_0 unless --pure);
+ * NULL past the end. */
+const rl_ftype *rl_ftype_rawloop_at(size_t i);
+
+/* A recipe file (`rawloop quantize --recipe FILE`): lines "PATTERN TYPE", '#' to the end of a
+ * line is a comment, blank lines are skipped. PATTERN is a glob over the whole tensor name
+ * ('*' any run of characters, dots included; '?' one character; everything else literal);
+ * TYPE a computable tensor type name (rl_type_from_name). The first rule whose pattern
+ * matches a matrix's name gives its type. */
+typedef struct rl_recipe_rule {
+    char pattern[128];
+    uint32_t type;
+    size_t line; /* 1-based line in the file, for messages */
+} rl_recipe_rule;
+
+typedef struct rl_recipe_rules {
+    char name[256];       /* file name, for messages */
+    rl_recipe_rule *rule; /* [n] in file order */
+    size_t n;
+} rl_recipe_rules;
+
+/* Parses text of len bytes (name: for messages). Errors name the line; on failure r is empty
+ * (safe to rl_recipe_free). */
+int rl_recipe_parse(rl_recipe_rules *r, const char *text, size_t len, const char *name, rl_err *e);
+/* Reads and parses a file (at most 1 MiB). */
+int rl_recipe_load(rl_recipe_rules *r, const char *path, rl_err *e);
+void rl_recipe_free(rl_recipe_rules *r);
+/* Whole-string glob match with '*' and '?'. */
+bool rl_glob_match(const char *pattern, const char *s);
+/* general.file_type for a file written with these rules: RL_FILE_TYPE_RAWLOOP when a rule
+ * names a rawloop type, else the plain llama.cpp file type of the catch-all rule's type (the
+ * first rule whose pattern is "*"), else of the first rule's. */
+uint32_t rl_recipe_file_type(const rl_recipe_rules *r);
 
 /* llama.cpp's use_more_bits: the first and last eighth of the layers and every third one
  * between get the _M recipes' extra bits. */
@@ -36,16 +76,32 @@ typedef struct rl_recipe_ctx {
     bool pure;       /* every matrix in ft->base (no _M mix); 1-D tensors still stay F32 */
 } rl_recipe_ctx;
 
+/* What rl_recipe_choose decided for one tensor. */
+typedef struct rl_recipe_choice {
+    uint32_t type;   /* the type to write */
+    uint32_t wanted; /* the type the recipe asked for; differs from type after a fallback */
+    size_t line;     /* the recipe file line that matched, 0 without rules or for 1-D tensors */
+} rl_recipe_choice;
+
 /* The type of tensor `name` of n_dims dimensions (ne[0] contiguous):
  *  - 1-D tensors (norms, biases, rope_freqs) are F32;
  *  - F32/F16/BF16 file types: every matrix in that type;
  *  - output.weight (or token_embd.weight when there is no output.weight) in Q6_K for the _M
  *    recipes; blk.N.attn_v / blk.N.ffn_down in Q6_K on more_bits layers for the _M recipes;
+ *    token_embd.weight in Q8_0 for RQ2 unless pure (the rows it looks up, and the output
+ *    head when tied, lose too much at 2 bits);
  *    everything else (token_embd included) in the base type;
  *  - a matrix whose ne[0] is not a multiple of the chosen type's block falls back: a K-quant
  *    (256-element blocks) to Q8_0, and when even 32 does not divide ne[0], to F16. (llama.cpp
  *    falls back to Q5_0/Q5_1/Q8_0, which rawloop does not compute; Q8_0 never loses quality.) */
 uint32_t rl_recipe_type(const rl_recipe_ctx *c, const char *name, uint32_t n_dims,
                         const uint64_t *ne);
+
+/* The same decision with its provenance. With rules (a recipe file; c is then not used):
+ * 1-D tensors are F32; a matrix takes the type of the first matching rule, with the same
+ * row-length fallback as above (any type whose block does not divide ne[0]: Q8_0, else F16).
+ * Fails, naming the tensor, when no rule matches a matrix. Without rules it cannot fail. */
+int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const char *name,
+                     uint32_t n_dims, const uint64_t *ne, rl_recipe_choice *out, rl_err *e);
 
 #endif

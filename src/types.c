@@ -1,5 +1,7 @@
 #include "types.h"
 
+#include <strings.h>
+
 /* Block geometry from ggml's ggml-common.h; NULL names mark ids ggml removed (4, 5, 31-33,
  * 36-38) or types whose layout this build does not know (41 Q1_0, 42 Q2_0). */
 static const rl_type_info k_types[RL_TYPE_COUNT] = {
@@ -16,7 +18,18 @@ static const rl_type_info k_types[RL_TYPE_COUNT] = {
     [35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},   [40] = {"NVFP4", 64, 36},
 };
 
+/* rawloop's own types, indexed from RL_RAWLOOP_TYPE_BASE */
+static const rl_type_info k_rawloop_types[RL_RAWLOOP_TYPE_END - RL_RAWLOOP_TYPE_BASE] = {
+    [RL_RQ2 - RL_RAWLOOP_TYPE_BASE] = {"RQ2", RL_QK_RQ2, 20},
+};
+
+/* Every type the engine computes with, in the order usage text lists them. */
+static const uint32_t k_computable[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0,
+                                        RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+
 const rl_type_info *rl_type_get(uint32_t type) {
+    if (type >= RL_RAWLOOP_TYPE_BASE && type < RL_RAWLOOP_TYPE_END)
+        return &k_rawloop_types[type - RL_RAWLOOP_TYPE_BASE];
     if (type >= RL_TYPE_COUNT || k_types[type].name == NULL) return NULL;
     return &k_types[type];
 }
@@ -31,13 +44,23 @@ bool rl_type_is_float(uint32_t type) {
 }
 
 bool rl_type_computable(uint32_t type) {
-    switch (type) {
-    case RL_F32: case RL_F16: case RL_BF16: case RL_Q8_0: case RL_Q4_0:
-    case RL_Q4_K: case RL_Q5_K: case RL_Q6_K:
-        return true;
-    default:
-        return false;
-    }
+    for (size_t i = 0; i < sizeof k_computable / sizeof *k_computable; i++)
+        if (k_computable[i] == type) return true;
+    return false;
+}
+
+bool rl_type_is_rawloop(uint32_t type) {
+    return type >= RL_RAWLOOP_TYPE_BASE && type < RL_RAWLOOP_TYPE_LIMIT;
+}
+
+uint32_t rl_type_from_name(const char *name) {
+    for (size_t i = 0; i < sizeof k_computable / sizeof *k_computable; i++)
+        if (!strcasecmp(rl_type_name(k_computable[i]), name)) return k_computable[i];
+    return UINT32_MAX;
+}
+
+uint32_t rl_type_computable_at(size_t i) {
+    return i < sizeof k_computable / sizeof *k_computable ? k_computable[i] : UINT32_MAX;
 }
 
 size_t rl_row_bytes(uint32_t type, size_t n) {

@@ -1,7 +1,12 @@
-/* ggml tensor type ids and their block geometry.
+/* ggml tensor type ids and their block geometry, plus rawloop's own types.
  *
  * The GGUF reader needs the block size of every type ggml defines (to size tensors it will
- * never compute with); the engine computes with a subset (rl_type_computable). */
+ * never compute with); the engine computes with a subset (rl_type_computable).
+ *
+ * rawloop's own types have ids from RL_RAWLOOP_TYPE_BASE up, far past ggml's range, so that
+ * llama.cpp and the gguf Python package refuse such files instead of misreading them. A file
+ * holding one must carry RL_FORMAT_VERSION_KEY (checked by gguf_open, written by the GGUF
+ * writer); docs/FORMATS.md, section RQ2, has the rule. */
 #ifndef RL_TYPES_H
 #define RL_TYPES_H
 
@@ -25,8 +30,18 @@ enum rl_type {
     RL_Q6_K = 14,
     RL_Q8_K = 15,
     RL_BF16 = 30,
-    RL_TYPE_COUNT = 43, /* ids >= this are unknown */
+    RL_TYPE_COUNT = 43, /* ggml ids >= this are unknown */
+    RL_RAWLOOP_TYPE_BASE = 1024,
+    /* 64 weights: 16 bytes of 2-bit codes (weight j: byte j/4, bits 2*(j%4)), fp16 d, fp16 m;
+     * value = d*code + m. 2.5 bits per weight. */
+    RL_RQ2 = 1024,
+    RL_RAWLOOP_TYPE_END = 1025,   /* one past the last rawloop type this build knows */
+    RL_RAWLOOP_TYPE_LIMIT = 2048, /* ids [BASE, LIMIT) are reserved for rawloop's types */
 };
+
+#define RL_QK_RQ2 64 /* elements per RQ2 block */
+#define RL_FORMAT_VERSION_KEY "rawloop.format_version" /* uint32 */
+#define RL_FORMAT_VERSION 1u /* the version this build writes and the highest it reads */
 
 #define RL_QK 32   /* elements per block of Q4_0 / Q8_0 */
 #define RL_QK_K 256 /* elements per super-block of the K-quants */
@@ -48,8 +63,17 @@ const char *rl_type_name(uint32_t type);
 /* F32, F16, BF16: weights that are always computed with fp32 activations. */
 bool rl_type_is_float(uint32_t type);
 
-/* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K). */
+/* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K RQ2). */
 bool rl_type_computable(uint32_t type);
+
+/* True for ids in rawloop's reserved range [RL_RAWLOOP_TYPE_BASE, RL_RAWLOOP_TYPE_LIMIT),
+ * known to this build or not. */
+bool rl_type_is_rawloop(uint32_t type);
+
+/* Computable type by name, case-insensitive ("q4_k", "RQ2"); UINT32_MAX when unknown. */
+uint32_t rl_type_from_name(const char *name);
+/* The i-th computable type (for usage text and loops over all types); UINT32_MAX past the end. */
+uint32_t rl_type_computable_at(size_t i);
 
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size or type unknown. */
 size_t rl_row_bytes(uint32_t type, size_t n);

@@ -22,7 +22,7 @@
 #include <immintrin.h>
 #endif
 
-static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_K, RL_Q5_K, RL_Q6_K};
+static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
 #define NTYPES (sizeof k_types / sizeof k_types[0])
 
 /* ---- deterministic random numbers ------------------------------------------------------- */
@@ -67,6 +67,7 @@ static void random_row(uint32_t type, uint8_t *w, size_t n) {
         case RL_Q8_0: case RL_Q4_0: put_f16(b, sc); break;
         case RL_Q4_K: case RL_Q5_K: put_f16(b, sc * 0.1f); put_f16(b + 2, sc * 0.1f); break;
         case RL_Q6_K: put_f16(b + 208, sc * 0.05f); break;
+        case RL_RQ2: put_f16(b + 16, sc); put_f16(b + 18, -1.5f * sc + 0.01f * rndf()); break;
         }
     }
 }
@@ -190,10 +191,10 @@ static void test_f16_arm64(void) {
 
 static void test_roundtrip(void) {
     /* Relative rms error allowed for gaussian data, generous against the expected values
-     * (Q8_0 ~0.4%, Q6_K ~1%, Q5_K ~2.5%, Q4 ~6-9%). */
+     * (Q8_0 ~0.4%, Q6_K ~1%, Q5_K ~2.5%, Q4 ~6-9%, RQ2 ~31%). */
     const struct { uint32_t type; double tol; } cases[] = {
         {RL_F32, 0}, {RL_F16, 1e-3}, {RL_BF16, 5e-3}, {RL_Q8_0, 0.008}, {RL_Q6_K, 0.02},
-        {RL_Q5_K, 0.045}, {RL_Q4_K, 0.09}, {RL_Q4_0, 0.12},
+        {RL_Q5_K, 0.045}, {RL_Q4_K, 0.09}, {RL_Q4_0, 0.12}, {RL_RQ2, 0.33},
     };
     enum { N = 4096 };
     static float x[N], y[N];
@@ -211,6 +212,7 @@ static void test_roundtrip(void) {
             }
         }
         double rel = sqrt(e2 / x2);
+        if (getenv("RL_PRINT_RMS")) printf("%s rms %.4f\n", rl_type_name(cases[c].type), rel);
         CHECK(rel <= cases[c].tol, "%s round trip rms error %.4f > %.4f", rl_type_name(cases[c].type), rel, cases[c].tol);
     }
     /* all-zero blocks quantize to exact zeros */
@@ -345,6 +347,13 @@ static void test_kernels(void) {
             one_case(k_types[t], 288, 5, 9, 0, 9, true, false);
         }
         if (k_types[t] == RL_F32 || k_types[t] == RL_F16) one_case(k_types[t], 37, 2, 3, 0, 3, false, false);
+        if (k_types[t] == RL_RQ2) { /* rows of 1, 5 and 12 blocks: not multiples of 256 */
+            one_case(RL_RQ2, 64, 1, 6, 0, 6, false, true);
+            one_case(RL_RQ2, 320, 5, 9, 2, 9, true, true);
+            one_case(RL_RQ2, 320, 1, 9, 0, 8, false, false);
+            one_case(RL_RQ2, 768, 3, 7, 1, 7, true, false);
+            one_case(RL_RQ2, 768, 9, 4, 0, 4, false, true);
+        }
     }
     printf("kernels: %s\n", rl_simd_name());
 }
@@ -465,6 +474,115 @@ static void test_int_extremes(void) {
     }
 }
 
+/* ---- RQ2 ----------------------------------------------------------------------------------- */
+
+/* Squared error of the plain min/max fit of one block (d = range/3, m = min, fp16-rounded):
+ * the starting point of the quantizer's search, which it must never do worse than. */
+static double rq2_minmax_err(const float *x) {
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < 64; j++) {
+        lo = fminf(lo, x[j]);
+        hi = fmaxf(hi, x[j]);
+    }
+    float d = rl_f16_to_f32(rl_f32_to_f16((hi - lo) / 3)), m = rl_f16_to_f32(rl_f32_to_f16(lo));
+    double e = 0;
+    for (int j = 0; j < 64; j++) {
+        int q = d > 0 ? (int)lrintf((x[j] - m) / d) : 0;
+        q = q < 0 ? 0 : q > 3 ? 3 : q;
+        e += ((double)d * q + m - x[j]) * ((double)d * q + m - x[j]);
+    }
+    return e;
+}
+
+static void test_rq2(void) {
+    CHECK(rl_type_get(RL_RQ2) && rl_type_get(RL_RQ2)->blck == 64 && rl_type_get(RL_RQ2)->size == 20,
+          "RQ2 geometry");
+    CHECK(rl_type_computable(RL_RQ2) && rl_type_is_rawloop(RL_RQ2) && !rl_type_is_rawloop(RL_Q4_K),
+          "RQ2 computable / rawloop id");
+    CHECK(rl_type_from_name("rq2") == RL_RQ2 && rl_type_from_name("Q4_k") == RL_Q4_K &&
+          rl_type_from_name("Q2_K") == UINT32_MAX && rl_type_from_name("") == UINT32_MAX, "type names");
+    CHECK(rl_type_get(RL_RQ2 + 1) == NULL && rl_type_get(RL_RAWLOOP_TYPE_BASE - 1) == NULL, "ids around RQ2");
+    CHECK(rl_row_bytes(RL_RQ2, 320) == 100 && rl_row_bytes(RL_RQ2, 96) == 0, "RQ2 row bytes");
+
+    /* the table decoder equals the bit layout for every byte */
+    int bad_lut = 0;
+    for (uint32_t b = 0; b < 256; b++)
+        for (uint32_t k = 0; k < 4; k++) bad_lut += ((rl_rq2_lut[b] >> (8 * k)) & 0xFF) != ((b >> (2 * k)) & 3);
+    CHECK(bad_lut == 0, "RQ2 table decoder wrong at %d places", bad_lut);
+
+    /* dequant of a hand-made block: codes 0,1,2,3,0,1,... (byte 0xE4), d = 0.5, m = -1 */
+    uint8_t blk[20];
+    memset(blk, 0xE4, 16);
+    put_f16(blk + 16, 0.5f);
+    put_f16(blk + 18, -1.0f);
+    blk[15] = 0x1B; /* weights 60..63: codes 3,2,1,0 */
+    float y[64];
+    rl_dequant_row(RL_RQ2, blk, y, 64);
+    int bad = 0;
+    for (int j = 0; j < 64; j++) {
+        int code = j < 60 ? j % 4 : 3 - j % 4;
+        bad += y[j] != 0.5f * code - 1.0f;
+    }
+    CHECK(bad == 0, "RQ2 hand-made block decodes wrong at %d places", bad);
+
+    /* the quantizer: never worse than its min/max starting point on any block, and a 4-level
+     * grid fits exactly */
+    enum { N = 64 * 256 };
+    static float x[N], yq[N];
+    static uint8_t q[N / 64 * 20];
+    for (int i = 0; i < N; i++) x[i] = rnd_gauss() * (i % 500 == 0 ? 4.0f : 1.0f);
+    rl_quant_row(RL_RQ2, x, q, N);
+    rl_dequant_row(RL_RQ2, q, yq, N);
+    int worse = 0;
+    double e_all = 0, e_mm = 0;
+    for (int b = 0; b < N / 64; b++) {
+        double e = 0;
+        for (int j = 0; j < 64; j++) e += ((double)yq[64 * b + j] - x[64 * b + j]) * ((double)yq[64 * b + j] - x[64 * b + j]);
+        double emm = rq2_minmax_err(x + 64 * b);
+        worse += e > emm * (1 + 1e-6) + 1e-12;
+        e_all += e;
+        e_mm += emm;
+    }
+    CHECK(worse == 0, "RQ2 quantizer worse than the min/max fit on %d blocks", worse);
+    /* the search must buy a real gain over min/max on gaussian data (measured: 0.52 of its
+     * squared error; min/max alone would also fail the 0.33 rms bound of test_roundtrip) */
+    if (getenv("RL_PRINT_RMS")) printf("RQ2 search/minmax error ratio %.3f\n", e_all / e_mm);
+    CHECK(e_all < 0.7 * e_mm, "RQ2 search error %.4g is not clearly below min/max %.4g", e_all, e_mm);
+    for (int j = 0; j < 64; j++) x[j] = 0.25f * (float)(j * 7 % 4) - 0.5f;
+    rl_quant_row(RL_RQ2, x, q, 64);
+    rl_dequant_row(RL_RQ2, q, yq, 64);
+    bad = 0;
+    for (int j = 0; j < 64; j++) bad += yq[j] != x[j];
+    CHECK(bad == 0, "RQ2 exact 4-level grid off at %d places", bad);
+    for (int j = 0; j < 64; j++) x[j] = 3.0f;
+    rl_quant_row(RL_RQ2, x, q, 64);
+    rl_dequant_row(RL_RQ2, q, yq, 64);
+    bad = 0;
+    for (int j = 0; j < 64; j++) bad += yq[j] != 3.0f;
+    CHECK(bad == 0, "RQ2 constant block off at %d places", bad);
+
+    /* integer extremes of the fast path: all codes 3 against activations of -127 */
+    enum { R = 8, NN = 1024 };
+    size_t rb = rl_row_bytes(RL_RQ2, NN);
+    static uint8_t w[R * 320];
+    static float xa[NN], ya[R], yr[R];
+    static rl_q8a xq[NN / 32];
+    memset(w, 0xFF, sizeof w);
+    for (size_t b = 0; b < R * rb / 20; b++) {
+        put_f16(w + 20 * b + 16, 0.01f);
+        put_f16(w + 20 * b + 18, 0.02f);
+    }
+    for (int i = 0; i < NN; i++) xa[i] = -1.0f;
+    rl_q8a_quant_row(xa, xq, NN);
+    rl_mm m = {.type = RL_RQ2, .w = w, .row_bytes = rb, .n = NN, .S = 1, .x = xa, .xq = xq, .y = ya, .ys = R};
+    rl_mm_rows(&m, 0, R);
+    m.y = yr;
+    rl_mm_rows_ref(&m, 0, R);
+    bad = 0;
+    for (int r = 0; r < R; r++) bad += fabsf(ya[r] - yr[r]) > 1e-5f * fabsf(yr[r]) || fabsf(yr[r] + 0.05f * NN) > 1e-3f * 0.05f * NN;
+    CHECK(bad == 0, "RQ2 extremes: %d rows differ (%g vs %g, expected %g)", bad, ya[0], yr[0], -0.05 * NN);
+}
+
 /* A build whose compiler targets SIMD must not silently run the scalar fallback. */
 static void test_simd_selected(void) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
@@ -483,9 +601,7 @@ static void test_simd_selected(void) {
 /* ---- tool mode for the Python oracle ------------------------------------------------------- */
 
 static uint32_t type_by_name(const char *name) {
-    for (uint32_t t = 0; t < RL_TYPE_COUNT; t++)
-        if (rl_type_get(t) && strcmp(rl_type_get(t)->name, name) == 0) return t;
-    return UINT32_MAX;
+    return rl_type_from_name(name);
 }
 
 static void *slurp(const char *path, size_t *len) {
@@ -556,6 +672,7 @@ int main(int argc, char **argv) {
     test_kernels();
     test_packed();
     test_int_extremes();
+    test_rq2();
     test_simd_selected();
     return check_report("test_quant");
 }
