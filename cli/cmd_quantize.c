@@ -23,7 +23,7 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-        "usage: rawloop quantize [--help] IN OUT (--type T | --recipe FILE) [-t N] [--pure]\n"
+        "usage: rawloop quantize [--help] IN OUT (--type T | --recipe FILE) [-t N] [--pure] [--slice-kb N]\n"
         "Writes IN's model to OUT (GGUF) with its matrices in type T or in the types a recipe\n"
         "file gives (1-D tensors stay F32).\n"
         "IN is either a GGUF whose matrices are F32, F16 or BF16 (a matrix already in the type\n"
@@ -55,7 +55,9 @@ static void usage(FILE *out) {
         "             ('#' starts a comment). A matrix no rule matches is an error; the row\n"
         "             fallback above applies (noted in the output)\n"
         "  --pure     every matrix in the base type (no _M mix, RQ2's token_embd too)\n"
-        "  -t N       threads (default: all CPUs)\n");
+        "  -t N       threads (default: all CPUs)\n"
+        "  --slice-kb N  build each output tensor in slices of at most N KiB (default 262144,\n"
+        "             i.e. 256 MiB): the memory beyond the mapped input, whatever the model\n");
 }
 
 /* One input tensor, from a GGUF file or a Hugging Face directory. */
@@ -69,11 +71,12 @@ typedef struct src_tensor {
     size_t perm_heads;   /* > 0: rows stored in another order (hf_src_row) */
 } src_tensor;
 
-/* One tensor's conversion, split over threads by rows. */
+/* One slice [r0, r0 + n) of a tensor's rows, split over threads by rows; out holds the slice. */
 typedef struct qjob {
     const src_tensor *t;
     uint32_t dst_type;
     size_t cols, rows, src_row_bytes, dst_row_bytes;
+    size_t r0, n;
     uint8_t *out;
     float *scratch; /* cols floats per thread */
 } qjob;
@@ -81,12 +84,18 @@ typedef struct qjob {
 static void q_worker(void *ctx, size_t ith, size_t nth) {
     qjob *j = ctx;
     float *row = j->scratch + ith * j->cols;
-    for (size_t r = j->rows * ith / nth; r < j->rows * (ith + 1) / nth; r++) {
-        size_t sr = hf_src_row(r, j->rows, j->t->perm_heads);
+    for (size_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
+        size_t r = j->r0 + i, sr = hf_src_row(r, j->rows, j->t->perm_heads);
         rl_dequant_row(j->t->type, j->t->data + sr * j->src_row_bytes, row, j->cols);
-        rl_quant_row(j->dst_type, row, j->out + r * j->dst_row_bytes, j->cols);
+        rl_quant_row(j->dst_type, row, j->out + i * j->dst_row_bytes, j->cols);
     }
 }
+
+/* Output tensors are built and written in slices of at most this many bytes (--slice-kb), so
+ * the memory beyond the mapped input stays bounded whatever the largest tensor (a 70B model's
+ * F32 head is 4.2 GB). */
+static size_t g_slice_bytes = (size_t)256 << 20;
+#define SLICE_BYTES g_slice_bytes
 
 /* The input as a list of src_tensors and its kvs in w: a GGUF's copied (file_type and
  * quantization_version set to the output's), a directory's made by hf_write_kvs. */
@@ -134,9 +143,10 @@ static bool same_file(const char *a, const char *b) {
 int cmd_quantize(int argc, char **argv) {
     static const struct option opts[] = {{"type", 1, 0, 'T'}, {"threads", 1, 0, 't'},
                                          {"pure", 0, 0, 'P'}, {"recipe", 1, 0, 'R'},
+                                         {"slice-kb", 1, 0, 'S'},
                                          {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *type_name = NULL, *recipe_path = NULL;
-    long threads = 0;
+    long threads = 0, slice_kb = 256 * 1024;
     bool pure = false;
     int c;
     optind = 1;
@@ -146,6 +156,7 @@ int cmd_quantize(int argc, char **argv) {
         case 'R': recipe_path = optarg; break;
         case 't': if (cli_parse_long("-t", optarg, 1, 1024, &threads)) return 2; break;
         case 'P': pure = true; break;
+        case 'S': if (cli_parse_long("--slice-kb", optarg, 1, 1L << 30, &slice_kb)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -161,6 +172,7 @@ int cmd_quantize(int argc, char **argv) {
         return 2;
     }
     const char *inp = argv[optind], *outp = argv[optind + 1];
+    g_slice_bytes = (size_t)slice_kb << 10;
     const rl_ftype *ft = type_name ? rl_ftype_find(type_name) : NULL;
     if (type_name && !ft) {
         fprintf(stderr, "rawloop quantize: unknown type '%s'\n", type_name);
@@ -236,8 +248,9 @@ int cmd_quantize(int argc, char **argv) {
         }
         size_t rows = 1;
         for (uint32_t d = 1; d < t->n_dims; d++) rows *= (size_t)t->ne[d];
-        size_t ob = rl_row_bytes(dt, (size_t)t->ne[0]) * rows;
-        if (ob > max_out) max_out = ob;
+        size_t rb = rl_row_bytes(dt, (size_t)t->ne[0]), ob = rb * rows;
+        size_t slice = ob < SLICE_BYTES ? ob : rb > SLICE_BYTES ? rb : SLICE_BYTES / rb * rb;
+        if (slice > max_out) max_out = slice;
         if (t->ne[0] > max_cols) max_cols = (size_t)t->ne[0];
         bytes_in += t->nbytes;
         bytes_out += ob;
@@ -275,13 +288,19 @@ int cmd_quantize(int argc, char **argv) {
         size_t cols = (size_t)t->ne[0], rows = 1;
         for (uint32_t d = 1; d < t->n_dims; d++) rows *= (size_t)t->ne[d];
         size_t drb = rl_row_bytes(types[i], cols);
-        const void *out = t->data;
-        if (types[i] != t->type || t->perm_heads) {
-            qjob j = {t, types[i], cols, rows, rl_row_bytes(t->type, cols), drb, buf, scratch};
-            rl_pool_run(pool, q_worker, &j);
-            out = buf;
+        if (types[i] == t->type && !t->perm_heads) {
+            if (gguf_writer_write_tensor(w, t->data, drb * rows, &e) < 0) goto fail;
+        } else {
+            size_t step = drb ? SLICE_BYTES / drb : rows;
+            if (step < 1) step = 1; /* one row larger than a slice: max_out covers it */
+            for (size_t r0 = 0; r0 < rows; r0 += step) {
+                size_t n = rows - r0 < step ? rows - r0 : step;
+                qjob j = {t, types[i], cols, rows, rl_row_bytes(t->type, cols), drb, r0, n, buf, scratch};
+                rl_pool_run(pool, q_worker, &j);
+                if (gguf_writer_write_part(w, buf, drb * n, &e) < 0) goto fail;
+            }
+            if (!rows && gguf_writer_write_tensor(w, buf, 0, &e) < 0) goto fail;
         }
-        if (gguf_writer_write_tensor(w, out, drb * rows, &e) < 0) goto fail;
         count[type_slot(types[i])]++;
         done += t->nbytes;
         double now = cli_now();

@@ -736,6 +736,7 @@ struct gguf_writer {
     FILE *fp;
     char *path, *tmp;
     size_t next; /* next tensor to write */
+    size_t part; /* bytes of tensor `next` written so far (gguf_writer_write_part) */
 };
 
 static bool pow2(size_t a) { return a && !(a & (a - 1)); }
@@ -998,23 +999,36 @@ int gguf_writer_begin(gguf_writer *w, const char *path, rl_err *e) {
     return r ? -1 : 0;
 }
 
-int gguf_writer_write_tensor(gguf_writer *w, const void *data, size_t nbytes, rl_err *e) {
-    if (!w->fp) return rl_fail(e, "gguf writer: write_tensor before begin");
+int gguf_writer_write_part(gguf_writer *w, const void *data, size_t nbytes, rl_err *e) {
+    if (!w->fp) return rl_fail(e, "gguf writer: write before begin");
     if (w->next >= w->n_tensors)
         return rl_fail(e, "%s: more tensors written than the %zu declared", w->path, w->n_tensors);
-    if (nbytes != w->sizes[w->next])
-        return rl_fail(e, "%s: tensor '%s' needs %zu bytes, given %zu", w->path,
-                       w->names[w->next], w->sizes[w->next], nbytes);
-    if (w_write(w, data, nbytes, e) || w_pad(w, nbytes, e)) return -1;
-    w->next++;
+    size_t size = w->sizes[w->next];
+    if (nbytes > size - w->part)
+        return rl_fail(e, "%s: tensor '%s' needs %zu more bytes, given %zu", w->path,
+                       w->names[w->next], size - w->part, nbytes);
+    if (w_write(w, data, nbytes, e)) return -1;
+    w->part += nbytes;
+    if (w->part == size) {
+        if (w_pad(w, size, e)) return -1;
+        w->next++;
+        w->part = 0;
+    }
     return 0;
+}
+
+int gguf_writer_write_tensor(gguf_writer *w, const void *data, size_t nbytes, rl_err *e) {
+    if (w->fp && w->next < w->n_tensors && (w->part || nbytes != w->sizes[w->next]))
+        return rl_fail(e, "%s: tensor '%s' needs %zu bytes, given %zu", w->path,
+                       w->names[w->next], w->sizes[w->next] - w->part, nbytes);
+    return gguf_writer_write_part(w, data, nbytes, e);
 }
 
 int gguf_writer_finish(gguf_writer *w, rl_err *e) {
     if (!w->fp) return rl_fail(e, "gguf writer: finish before begin");
     if (w->next != w->n_tensors)
-        return rl_fail(e, "%s: only %zu of %zu tensors were written", w->path, w->next,
-                       w->n_tensors);
+        return rl_fail(e, "%s: only %zu of %zu tensors were written%s", w->path, w->next,
+                       w->n_tensors, w->part ? " (the last one in part)" : "");
     FILE *fp = w->fp;
     w->fp = NULL;
     bool bad = fflush(fp) != 0 || ferror(fp);

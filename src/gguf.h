@@ -124,6 +124,9 @@ int gguf_w_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_di
                   const uint64_t *ne, rl_err *e);
 int gguf_writer_begin(gguf_writer *w, const char *path, rl_err *e);
 int gguf_writer_write_tensor(gguf_writer *w, const void *data, size_t nbytes, rl_err *e);
+/* The next tensor's bytes in pieces (in order); it is padded and done once its declared size
+ * is reached. Lets a writer stream a tensor larger than the memory it wants to hold. */
+int gguf_writer_write_part(gguf_writer *w, const void *data, size_t nbytes, rl_err *e);
 int gguf_writer_finish(gguf_writer *w, rl_err *e);
 
 #endif

@@ -161,6 +161,19 @@ def test_f32_tensors_match_python_converter(rawloop, hf, tmp_path, name):
                                    err_msg=n)
 
 
+@pytest.mark.parametrize("qtype", ["Q8_0", "F32"])
+def test_sliced_output_is_the_same_file(rawloop, hf, tmp_path, qtype):
+    """--slice-kb 1 builds every tensor in 1 KiB slices (the llama Q/K permutation crossing
+    slice boundaries included): the file must equal the one built in whole tensors."""
+    whole = hf.out(rawloop, "llama_mha", qtype)
+    sliced = tmp_path / "sliced.gguf"
+    rawloop("quantize", hf.dir("llama_mha"), sliced, "--type", qtype, "--slice-kb", "1")
+    assert sliced.read_bytes() == whole.read_bytes()
+    # the slices must really be smaller than the tensors: token_embd alone is > 1 KiB
+    spec = om.SPECS["llama_mha"]
+    assert spec.vocab * spec.hidden > 1024
+
+
 @pytest.mark.parametrize("name,qtype", [("llama_mha", "F16"), ("llama_mha", "Q8_0"),
                                         ("qwen3", "Q8_0")])
 def test_f16_q8_0_bytes_match_gguf_package(rawloop, hf, name, qtype):

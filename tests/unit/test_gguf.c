@@ -504,6 +504,33 @@ static void test_writer_files(void) {
     }
     CHECK(count_dir() == before + 1, "only the final file remains");
 
+    /* A tensor written in parts: 12 + 20 bytes of 32, then the next tensor whole; the file reads
+     * back with both tensors' bytes; a part past the declared size and a finish in the middle
+     * of a tensor are refused. */
+    {
+        uint64_t ne2[1] = {8};
+        float a[8], b[8];
+        for (int i = 0; i < 8; i++) a[i] = (float)i, b[i] = (float)(100 + i);
+        w = gguf_writer_new(32);
+        CHECK(gguf_w_tensor(w, "a", RL_F32, 1, ne2, &e) == 0 && gguf_w_tensor(w, "b", RL_F32, 1, ne2, &e) == 0,
+              "%s", e.msg);
+        CHECK(gguf_writer_begin(w, path, &e) == 0, "%s", e.msg);
+        CHECK(gguf_writer_write_part(w, a, 12, &e) == 0, "%s", e.msg);
+        CHECK(gguf_writer_write_tensor(w, (const char *)a + 12, 20, &e) == -1, "whole write mid-tensor");
+        CHECK(gguf_writer_finish(w, &e) == -1 && strstr(e.msg, "in part"), "%s", e.msg);
+        CHECK(gguf_writer_write_part(w, (const char *)a + 12, 24, &e) == -1 && strstr(e.msg, "20 more bytes"),
+              "%s", e.msg);
+        CHECK(gguf_writer_write_part(w, (const char *)a + 12, 20, &e) == 0, "%s", e.msg);
+        CHECK(gguf_writer_write_tensor(w, b, sizeof b, &e) == 0, "%s", e.msg);
+        CHECK(gguf_writer_finish(w, &e) == 0, "%s", e.msg);
+        gguf_writer_free(w);
+        gguf_file f;
+        CHECK(gguf_open(&f, path, &e) == 0 && f.n_tensors == 2, "%s", e.msg);
+        if (f.n_tensors == 2)
+            CHECK(!memcmp(f.tensors[0].data, a, 32) && !memcmp(f.tensors[1].data, b, 32), "part bytes");
+        gguf_close(&f);
+    }
+
     /* Writer misuse: each rejected with a message. */
     w = gguf_writer_new(32);
     CHECK(gguf_writer_new(3) == NULL && gguf_writer_new(48) == NULL, "non-pow2 alignment");
