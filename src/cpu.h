@@ -15,7 +15,17 @@ typedef struct rl_cpu_opts {
     size_t max_batch;  /* tokens per forward chunk; 0 = 64 */
     bool exact;        /* fp32 activations everywhere (no 8-bit activation fast path) */
     int kv_type;       /* enum rl_kv_type (backend.h): f16, f32 (fp32 oracle tests) or q8 */
+    /* Calibration hook, or NULL: called with the fp32 input x[S][n] of the matmuls of weight
+     * RL_CPU_MAT(layer, k) (or RL_CPU_MAT_OUTPUT) right before they run. Matrices that share
+     * one input are reported once, under the first: Q for Q/K/V, gate for gate/up. */
+    void (*observe)(void *ctx, size_t mat, const float *x, size_t S, size_t n);
+    void *observe_ctx;
 } rl_cpu_opts;
+
+/* Matrix numbering of the observe hook: k = 0..6 for wq, wk, wv, wo, w_gate, w_up, w_down of
+ * layer l; the output head after the last layer. */
+#define RL_CPU_MAT(l, k) ((size_t)(l) * 7 + (size_t)(k))
+#define RL_CPU_MAT_OUTPUT(n_layer) ((size_t)(n_layer) * 7)
 
 typedef struct rl_cpu rl_cpu;
 

@@ -257,10 +257,16 @@ static inline int clampi(int v, int lo, int hi) {
     return v < lo ? lo : v > hi ? hi : v;
 }
 
+/* Per-element weight of an error term: 1 without weights (w NULL). Weighted fits minimise
+ * sum_j w_j (x_j - deq_j)^2, w being the calibration importances of the row's columns. */
+static inline float wt(const float *w, size_t j) {
+    return w ? w[j] : 1.0f;
+}
+
 /* Asymmetric sub-block fit x ~ scale*q - min, q in [0, qmax], with min >= 0 (the K-quant
  * convention). Starts from the range and tries a few narrower/wider steps, keeping the one
- * with the least squared error: clipping a lone outlier often pays. */
-static void fit_asym(const float *x, size_t n, int qmax, float *scale, float *min) {
+ * with the least (w-weighted) squared error: clipping a lone outlier often pays. */
+static void fit_asym(const float *x, const float *w, size_t n, int qmax, float *scale, float *min) {
     float lo = 0, hi = 0;
     for (size_t i = 0; i < n; i++) {
         lo = fminf(lo, x[i]);
@@ -276,7 +282,7 @@ static void fit_asym(const float *x, size_t n, int qmax, float *scale, float *mi
         for (size_t i = 0; i < n; i++) {
             int q = clampi((int)lrintf((x[i] - lo) / s), 0, qmax);
             float r = s * q + lo - x[i];
-            e += r * r;
+            e += w ? w[i] * (r * r) : r * r;
         }
         if (e < best) {
             best = e;
@@ -295,11 +301,11 @@ static void pack_scale_min_k4(const uint8_t *sc, const uint8_t *m, uint8_t *q) {
 }
 
 /* Q4_K and Q5_K share everything but the number of levels and where the fifth bit goes. */
-static void quant_k45(const float *x, uint8_t *b, int bits) {
+static void quant_k45(const float *x, const float *w, uint8_t *b, int bits) {
     int qmax = (1 << bits) - 1;
     float scale[8], min[8], smax = 0, mmax = 0;
     for (size_t j = 0; j < 8; j++) {
-        fit_asym(x + 32 * j, 32, qmax, &scale[j], &min[j]);
+        fit_asym(x + 32 * j, w ? w + 32 * j : NULL, 32, qmax, &scale[j], &min[j]);
         smax = fmaxf(smax, scale[j]);
         mmax = fmaxf(mmax, min[j]);
     }
@@ -368,29 +374,32 @@ static void quant_q6_k(const float *x, uint8_t *b) {
     }
 }
 
-/* RQ2 fit of one block. Returns the squared error of x ~ d*q + m with d and m first rounded
- * to fp16 (what the file stores) and the codes q chosen as the nearest level; fills q. */
-static float rq2_assign(const float *x, float d, float m, uint8_t *q) {
+/* RQ2 fit of one block. Returns the (w-weighted) squared error of x ~ d*q + m with d and m
+ * first rounded to fp16 (what the file stores) and the codes q chosen as the nearest level (the
+ * nearest level minimises every term whatever its weight); fills q. */
+static float rq2_assign(const float *x, const float *w, float d, float m, uint8_t *q) {
     d = rl_f16_to_f32(rl_f32_to_f16(d));
     m = rl_f16_to_f32(rl_f32_to_f16(m));
     float id = d > 0 ? 1.0f / d : 0.0f, e = 0;
     for (size_t j = 0; j < RL_QK_RQ2; j++) {
         q[j] = (uint8_t)clampi((int)lrintf((x[j] - m) * id), 0, 3);
         float r = d * (float)q[j] + m - x[j];
-        e += r * r;
+        e += w ? w[j] * (r * r) : r * r;
     }
     return e;
 }
 
-/* Least-squares d, m for fixed codes q (a line through the points (q_j, x_j)); false when all
- * codes are equal and the slope is undetermined. */
-static bool rq2_refit(const float *x, const uint8_t *q, float *d, float *m) {
-    double sq = 0, sqq = 0, sx = 0, sqx = 0, n = RL_QK_RQ2;
+/* (Weighted) least-squares d, m for fixed codes q (a line through the points (q_j, x_j), point j
+ * of weight w_j); false when the slope is undetermined (all codes equal, or no weight). */
+static bool rq2_refit(const float *x, const float *w, const uint8_t *q, float *d, float *m) {
+    double sq = 0, sqq = 0, sx = 0, sqx = 0, n = 0;
     for (size_t j = 0; j < RL_QK_RQ2; j++) {
-        sq += q[j];
-        sqq += q[j] * q[j];
-        sx += x[j];
-        sqx += q[j] * (double)x[j];
+        double wj = wt(w, j);
+        n += wj;
+        sq += wj * q[j];
+        sqq += wj * q[j] * q[j];
+        sx += wj * x[j];
+        sqx += wj * q[j] * (double)x[j];
     }
     double det = n * sqq - sq * sq;
     if (det <= 0) return false;
@@ -405,26 +414,33 @@ static bool rq2_refit(const float *x, const uint8_t *q, float *d, float *m) {
  * then ever stronger clipping of both tails), is centred on the block's range, then refined by
  * two rounds of "codes for (d, m), least-squares (d, m) for those codes" (Lloyd iterations for a
  * uniform 4-level grid); the fit with the least squared error after fp16 rounding of d and m
- * wins. A constant block stores d = 0, m = the value. */
-static void quant_rq2(const float *x, uint8_t *b) {
+ * wins. A constant block stores d = 0, m = the value.
+ * With weights w, every fit is scored by the weighted error, and the candidates are walked
+ * twice: with weighted refits, and with the unweighted refits of the plain search. So the plain
+ * search's winner is among the candidates, and the weighted fit's weighted error is never
+ * larger than the plain fit's. */
+static void quant_rq2(const float *x, const float *w, uint8_t *b) {
     float lo = x[0], hi = x[0];
     for (size_t j = 1; j < RL_QK_RQ2; j++) {
         lo = fminf(lo, x[j]);
         hi = fmaxf(hi, x[j]);
     }
     uint8_t q[RL_QK_RQ2], bq[RL_QK_RQ2];
-    float best_d = 0, best_m = lo, best = rq2_assign(x, 0, lo, bq);
-    for (int k = 0; k <= 8 && hi > lo; k++) {
-        float d = (hi - lo) / (3 + 0.5f * (float)k), m = lo + ((hi - lo) - 3 * d) / 2;
-        for (int it = 0;; it++) {
-            float e = rq2_assign(x, d, m, q);
-            if (e < best) {
-                best = e;
-                best_d = d;
-                best_m = m;
-                memcpy(bq, q, sizeof q);
+    float best_d = 0, best_m = lo, best = rq2_assign(x, w, 0, lo, bq);
+    for (int pass = w ? 0 : 1; pass < 2; pass++) {
+        const float *rw = pass == 0 ? w : NULL; /* the refit's weights */
+        for (int k = 0; k <= 8 && hi > lo; k++) {
+            float d = (hi - lo) / (3 + 0.5f * (float)k), m = lo + ((hi - lo) - 3 * d) / 2;
+            for (int it = 0;; it++) {
+                float e = rq2_assign(x, w, d, m, q);
+                if (e < best) {
+                    best = e;
+                    best_d = d;
+                    best_m = m;
+                    memcpy(bq, q, sizeof q);
+                }
+                if (it == 2 || !rq2_refit(x, rw, q, &d, &m)) break;
             }
-            if (it == 2 || !rq2_refit(x, q, &d, &m)) break;
         }
     }
     st_f16(b + 16, best_d);
@@ -433,7 +449,25 @@ static void quant_rq2(const float *x, uint8_t *b) {
     for (size_t j = 0; j < RL_QK_RQ2; j++) b[j / 4] |= (uint8_t)(bq[j] << (2 * (j % 4)));
 }
 
+bool rl_quant_uses_weights(uint32_t type) {
+    return type == RL_Q4_K || type == RL_Q5_K || type == RL_RQ2;
+}
+
+/* Weights of the block of n values at offset off, or NULL when they are all equal: a uniform
+ * weight changes no choice, and the plain path then gives the unweighted quantizer's bytes. */
+static const float *block_w(const float *w, size_t off, size_t n) {
+    if (!w) return NULL;
+    w += off;
+    for (size_t j = 1; j < n; j++)
+        if (w[j] != w[0]) return w;
+    return NULL;
+}
+
 void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n) {
+    rl_quant_row_w(type, src, dst, n, NULL);
+}
+
+void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const float *w) {
     uint8_t *b = dst;
     switch (type) {
     case RL_F32:
@@ -456,16 +490,16 @@ void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n) {
         for (size_t i = 0; i < n / RL_QK; i++) quant_q4_0(src + i * RL_QK, b + i * 18);
         return;
     case RL_Q4_K:
-        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, b + i * 144, 4);
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, block_w(w, i * RL_QK_K, RL_QK_K), b + i * 144, 4);
         return;
     case RL_Q5_K:
-        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, b + i * 176, 5);
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, block_w(w, i * RL_QK_K, RL_QK_K), b + i * 176, 5);
         return;
     case RL_Q6_K:
         for (size_t i = 0; i < n / RL_QK_K; i++) quant_q6_k(src + i * RL_QK_K, b + i * 210);
         return;
     case RL_RQ2:
-        for (size_t i = 0; i < n / RL_QK_RQ2; i++) quant_rq2(src + i * RL_QK_RQ2, b + i * 20);
+        for (size_t i = 0; i < n / RL_QK_RQ2; i++) quant_rq2(src + i * RL_QK_RQ2, block_w(w, i * RL_QK_RQ2, RL_QK_RQ2), b + i * 20);
         return;
     default:
         return;

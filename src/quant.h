@@ -34,6 +34,13 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
  * quantizers (byte-identical); the K-quants produce valid blocks with a simple rounding search;
  * RQ2 searches (d, m) per block for the least squared error (docs/FORMATS.md, section RQ2). */
 void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
+/* Same, with per-element importances w[0..n) (calibration: mean squared activation of each
+ * input column; w NULL = rl_quant_row, byte for byte). Types with a search (Q4_K, Q5_K, RQ2)
+ * minimise sum_j w_j (x_j - deq_j)^2 instead of the plain squared error; a block whose weights
+ * are all equal is quantized exactly as without weights. The other types ignore w. */
+void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const float *w);
+/* True when rl_quant_row_w uses its weights for this type. */
+bool rl_quant_uses_weights(uint32_t type);
 
 /* RQ2 table decoder: entry b holds the 4 codes of code byte b, code k in byte k (a dp4a /
  * maddubs operand in weight order). 256 entries. */

@@ -662,6 +662,86 @@ static int tool(int argc, char **argv) {
     return 0;
 }
 
+/* sum_j w_j (x_j - deq_j)^2 of x quantized by rl_quant_row_w(type, ..., qw), in double. */
+static double weighted_err(uint32_t type, const float *x, const float *w, const float *qw,
+                           size_t n, uint8_t *buf, float *y) {
+    rl_quant_row_w(type, x, buf, n, qw);
+    rl_dequant_row(type, buf, y, n);
+    double e = 0;
+    for (size_t j = 0; j < n; j++) e += (double)w[j] * ((double)x[j] - y[j]) * ((double)x[j] - y[j]);
+    return e;
+}
+
+/* rl_quant_row_w: NULL and uniform weights give rl_quant_row's bytes exactly (every type); with
+ * heavy-tailed per-column weights the searched types lower the weighted error (RQ2 on every
+ * block, by construction: the plain fit is one of its candidates; the K-quants on average,
+ * since their 6-bit sub-block scales are rounded after the search). */
+static void test_weighted(void) {
+    enum { N = 1024 };
+    float *x = malloc(N * sizeof *x), *w = malloc(N * sizeof *w), *y = malloc(N * sizeof *y);
+    float *ones = malloc(N * sizeof *ones), *flat = malloc(N * sizeof *flat);
+    uint8_t *a = malloc(N * 4), *b = malloc(N * 4);
+    for (size_t j = 0; j < N; j++) {
+        ones[j] = 1.0f;
+        flat[j] = 3.7f;
+    }
+    for (size_t t = 0; t < sizeof k_types / sizeof *k_types; t++) {
+        uint32_t ty = k_types[t];
+        size_t bad = 0;
+        for (int r = 0; r < 20; r++) {
+            for (size_t j = 0; j < N; j++) x[j] = rnd_gauss() * (r % 3 == 0 ? 0.02f : 1.0f);
+            size_t rb = rl_row_bytes(ty, N);
+            rl_quant_row(ty, x, a, N);
+            rl_quant_row_w(ty, x, b, N, NULL);
+            bad += memcmp(a, b, rb) != 0;
+            rl_quant_row_w(ty, x, b, N, ones);
+            bad += memcmp(a, b, rb) != 0;
+            rl_quant_row_w(ty, x, b, N, flat);
+            bad += memcmp(a, b, rb) != 0;
+        }
+        CHECK(bad == 0, "%s: %zu rows differ from rl_quant_row with NULL/uniform weights",
+              rl_type_name(ty), bad);
+    }
+    static const uint32_t searched[] = {RL_RQ2, RL_Q4_K, RL_Q5_K};
+    for (size_t t = 0; t < 3; t++) {
+        uint32_t ty = searched[t];
+        double sum_w = 0, sum_u = 0;
+        size_t worse_blocks = 0;
+        for (int r = 0; r < 40; r++) {
+            for (size_t j = 0; j < N; j++) {
+                x[j] = rnd_gauss();
+                float g = rnd_gauss();
+                w[j] = expf(1.5f * g); /* log-normal: a few columns dominate, like activations */
+            }
+            double ew = weighted_err(ty, x, w, w, N, a, y), eu = weighted_err(ty, x, w, NULL, N, b, y);
+            sum_w += ew;
+            sum_u += eu;
+            if (ty == RL_RQ2) { /* block by block */
+                for (size_t k = 0; k < N / 64; k++) {
+                    double bw = 0, bu = 0;
+                    float ya[64], yb[64];
+                    rl_dequant_row(ty, a + 20 * k, ya, 64);
+                    rl_dequant_row(ty, b + 20 * k, yb, 64);
+                    for (size_t j = 0; j < 64; j++) {
+                        double xa = x[64 * k + j];
+                        bw += w[64 * k + j] * (xa - ya[j]) * (xa - ya[j]);
+                        bu += w[64 * k + j] * (xa - yb[j]) * (xa - yb[j]);
+                    }
+                    worse_blocks += bw > bu * (1 + 1e-6);
+                }
+            }
+        }
+        CHECK(worse_blocks == 0, "%s: %zu blocks with a larger weighted error than the plain fit",
+              rl_type_name(ty), worse_blocks);
+        CHECK(sum_w < 0.97 * sum_u, "%s: weighted error %g, plain fit's %g (ratio %.3f)",
+              rl_type_name(ty), sum_w, sum_u, sum_w / sum_u);
+        printf("weighted %s: weighted error ratio %.3f\n", rl_type_name(ty), sum_w / sum_u);
+    }
+    CHECK(rl_quant_uses_weights(RL_RQ2) && rl_quant_uses_weights(RL_Q4_K) &&
+          !rl_quant_uses_weights(RL_Q4_0) && !rl_quant_uses_weights(RL_Q8_0), "uses_weights");
+    free(x); free(w); free(y); free(ones); free(flat); free(a); free(b);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) return tool(argc, argv);
     test_f16();
@@ -673,6 +753,7 @@ int main(int argc, char **argv) {
     test_packed();
     test_int_extremes();
     test_rq2();
+    test_weighted();
     test_simd_selected();
     return check_report("test_quant");
 }

@@ -1,0 +1,119 @@
+"""quantize --calib: activation-weighted quantizer search (docs/FORMATS.md, RQ2 section,
+"Calibration"). The model is rawloop-small rebuilt as F16 by the gguf package (its matrices are
+Q4_0/Q8_0 in the shipped file, and quantize reads only float inputs); the calibration text is
+the first 40 KB of tinyshakespeare (public domain), which does not overlap models/heldout.txt
+(the end of the same file)."""
+import re
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_rawloop
+
+CALIB = ROOT / "tests" / "data" / "calib-shakespeare.txt"
+HELDOUT = ROOT / "models" / "heldout.txt"
+
+
+def write_f16(src, dst):
+    """Copies a GGUF with 2-D tensors dequantized to F16 (1-D in F32), metadata as is."""
+    import gguf
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.quants import dequantize
+
+    r = GGUFReader(str(src))
+    arch = r.fields["general.architecture"]
+    w = GGUFWriter(str(dst), bytes(arch.parts[arch.data[0]]).decode())
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        t = f.types[0]
+        if k == "general.file_type":
+            w.add_uint32(k, int(gguf.LlamaFileType.MOSTLY_F16))
+        elif t == GGUFValueType.ARRAY:
+            st = f.types[1]
+            if st == GGUFValueType.STRING:
+                w.add_array(k, [bytes(f.parts[i]).decode() for i in f.data])
+            else:
+                w.add_key_value(k, [f.parts[i][0].item() for i in f.data], t, sub_type=st)
+        elif t == GGUFValueType.STRING:
+            w.add_string(k, bytes(f.parts[f.data[0]]).decode())
+        else:
+            w.add_key_value(k, f.parts[f.data[0]][0].item(), t)
+    for t in r.tensors:
+        a = dequantize(t.data, t.tensor_type).reshape([int(x) for x in reversed(t.shape)])
+        w.add_tensor(t.name, a.astype(np.float16 if a.ndim == 2 else np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def f16(tmp_path_factory):
+    d = tmp_path_factory.mktemp("calib")
+    p = d / "small-f16.gguf"
+    write_f16(ROOT / "models" / "rawloop-small.gguf", p)
+    return p
+
+
+def mean_kld(model, base):
+    p = run_rawloop("perplexity", "-m", model, "-f", HELDOUT, "-c", 512, "--kl-divergence", base)
+    out = p.stdout.decode() + p.stderr.decode()
+    m = re.search(r"^KLD: n=\d+ mean=([0-9.eE+-]+)", out, re.M)
+    assert m, out
+    return float(m.group(1))
+
+
+def test_calibrated_rq2_has_lower_kld(f16, tmp_path):
+    base = tmp_path / "base.bin"
+    run_rawloop("perplexity", "-m", f16, "-f", HELDOUT, "-c", 512, "--chunks", 8,
+                "--save-logits", base)
+    plain, cal = tmp_path / "rq2.gguf", tmp_path / "rq2-calib.gguf"
+    run_rawloop("quantize", f16, plain, "--type", "RQ2")
+    p = run_rawloop("quantize", f16, cal, "--type", "RQ2", "--calib", CALIB)
+    err = p.stderr.decode()
+    # 8 layers x 7 matrices in RQ2 weighted; the tied token_embd is Q8_0, which ignores them
+    assert re.search(r"--calib: importances from 8 chunks of 512 tokens .*; 56 matrices use "
+                     r"them, 1 \(", err), err
+    assert plain.read_bytes() != cal.read_bytes()
+    k_plain, k_cal = mean_kld(plain, base), mean_kld(cal, base)
+    assert k_cal < k_plain, (k_cal, k_plain)
+    # --calib-chunks 1 is a different (smaller) sample: a different file, still valid
+    one = tmp_path / "rq2-calib1.gguf"
+    err = run_rawloop("quantize", f16, one, "--type", "RQ2", "--calib", CALIB,
+                      "--calib-chunks", 1).stderr.decode()
+    assert "importances from 1 chunk of 512" in err, err
+    assert one.read_bytes() != cal.read_bytes()
+
+
+def test_calib_does_not_touch_reference_types(f16, tmp_path):
+    """Q4_0 and Q8_0 keep the reference quantizers: --calib changes no byte."""
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    run_rawloop("quantize", f16, a, "--type", "Q4_0")
+    err = run_rawloop("quantize", f16, b, "--type", "Q4_0", "--calib", CALIB,
+                      "--calib-chunks", 1).stderr.decode()
+    assert re.search(r"0 matrices use them, 57 \(types without a search", err), err
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_bad_calib_input(f16, tmp_path):
+    out = tmp_path / "out.gguf"
+
+    def fails(args, msg, code=1):
+        p = run_rawloop("quantize", f16, out, "--type", "RQ2", *args, check=False)
+        err = p.stderr.decode()
+        assert p.returncode == code, err
+        assert msg in err, err
+        assert not out.exists() and not (tmp_path / "out.gguf.tmp").exists()
+
+    fails(["--calib", tmp_path / "missing.txt"], "--calib: cannot open")
+    short = tmp_path / "short.txt"
+    short.write_text("To be, or not to be: that is the question.\n")
+    fails(["--calib", short], "calibration needs at least one chunk of 512")
+    fails(["--calib-chunks", "2"], "--calib-chunks needs --calib", code=2)
+    fails(["--calib", CALIB, "--calib-chunks", "0"], "--calib-chunks", code=2)
+    hf = tmp_path / "hfdir"
+    hf.mkdir()
+    p = run_rawloop("quantize", hf, out, "--type", "RQ2", "--calib", CALIB, check=False)
+    assert p.returncode == 1 and "convert it first" in p.stderr.decode(), p.stderr
+    assert not out.exists()
