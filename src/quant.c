@@ -338,19 +338,47 @@ static void quant_k45(const float *x, const float *w, uint8_t *b, int bits) {
     }
 }
 
+/* Scale of 16 values on the 6-bit grid [-32, 31]: the largest-magnitude value mapped to 17
+ * candidate levels around -32 (-34 .. -30 in quarter steps), each followed by a least-squares
+ * refit of the scale to the codes it gives; the candidate with the smallest squared error wins
+ * (the plain "largest value to -32" fit is one of them, so the error never grows). */
+static float q6_scale16(const float *x) {
+    float amax = 0, max = 0;
+    for (size_t l = 0; l < 16; l++)
+        if (amax < fabsf(x[l])) {
+            amax = fabsf(x[l]);
+            max = x[l];
+        }
+    if (amax == 0) return 0;
+    float best = max / -32, best_err = INFINITY;
+    for (int k = -8; k <= 8; k++) {
+        float id = (-32.0f + 0.25f * (float)k) / max, sqx = 0, sqq = 0;
+        int q[16];
+        for (size_t l = 0; l < 16; l++) {
+            q[l] = clampi((int)lrintf(x[l] * id), -32, 31);
+            sqx += (float)q[l] * x[l];
+            sqq += (float)(q[l] * q[l]);
+        }
+        if (sqq == 0) continue;
+        float sc = sqx / sqq, err = 0;
+        for (size_t l = 0; l < 16; l++) {
+            float r = x[l] - sc * (float)q[l];
+            err += r * r;
+        }
+        if (err < best_err) {
+            best_err = err;
+            best = sc;
+        }
+    }
+    return best;
+}
+
 static void quant_q6_k(const float *x, uint8_t *b) {
-    /* per 16 values: symmetric scale with the largest-magnitude value mapped to -32 */
+    /* per 16 values: a searched scale (q6_scale16); the super-block scale d maps the largest
+     * sub-block scale to -128 */
     float scale[16], amax_s = 0, max_s = 0;
     for (size_t j = 0; j < 16; j++) {
-        float amax = 0, max = 0;
-        for (size_t l = 0; l < 16; l++) {
-            float v = x[16 * j + l];
-            if (amax < fabsf(v)) {
-                amax = fabsf(v);
-                max = v;
-            }
-        }
-        scale[j] = max / -32;
+        scale[j] = q6_scale16(x + 16 * j);
         if (amax_s < fabsf(scale[j])) {
             amax_s = fabsf(scale[j]);
             max_s = scale[j];
