@@ -1,4 +1,5 @@
 #include "backend.h"
+#include "types.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -50,7 +51,10 @@ int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, 
     b->device = RL_DEVICE_CPU;
     b->n_threads = rl_cpu_n_threads(c);
     b->repacked_bytes = rl_cpu_packed_bytes(c);
-    b->numerics = o->exact ? "exact fp32 activations" : "8-bit activations";
+    /* the fast path rounds activations only for quantized weights: a float model is fp32 */
+    b->numerics = o->exact ? "exact fp32 activations"
+                  : rl_type_is_float(m->main_type) ? "fp32 activations (float weights)"
+                                                   : "8-bit activations for quantized weights";
     snprintf(b->name, sizeof b->name, "cpu-%s", rl_simd_name());
     return 0;
 }
