@@ -50,4 +50,8 @@ void cli_session_close(cli_session *s);
 int cli_parse_ids(const char *text, int32_t **ids, size_t *n);
 /* Reads a whole file (or "-" = stdin) into a malloc'ed NUL-terminated buffer. */
 int cli_read_file(const char *path, char **buf, size_t *len);
+/* llama-perplexity's token stream of a text: its tokens, after the model's BOS when the model
+ * adds one (*add_bos). *out is malloc'ed. 0, or -1 with e set. */
+int cli_token_stream(rl_tokenizer *tok, const char *text, size_t len, int32_t **out, size_t *n,
+                     bool *add_bos, rl_err *e);
 double cli_now(void);

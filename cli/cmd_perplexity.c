@@ -77,15 +77,6 @@ static void tmp_disarm(void) {
     for (size_t i = 0; i < 4; i++) sigaction(g_sigs[i], &g_old_sa[i], NULL);
 }
 
-/* Negative log-likelihood of tok under one row of logits. */
-static double row_nll(const float *row, size_t nv, int32_t tok) {
-    float mx = row[0];
-    for (size_t j = 1; j < nv; j++) mx = row[j] > mx ? row[j] : mx;
-    double sum = 0;
-    for (size_t j = 0; j < nv; j++) sum += exp((double)row[j] - mx);
-    return log(sum) + mx - row[tok];
-}
-
 int cmd_perplexity(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"file", 1, 0, 'f'}, {"ctx-size", 1, 0, 'c'},
@@ -127,7 +118,7 @@ int cmd_perplexity(int argc, char **argv) {
     int rc = 1;
     rl_err e = {{0}};
     char *text = NULL, *tmp_path = NULL;
-    int32_t *toks = NULL, *all = NULL, *base_toks = NULL;
+    int32_t *all = NULL, *base_toks = NULL;
     float *lg = NULL;
     unsigned char *rows = NULL;
     FILE *base = NULL, *tmp = NULL;
@@ -179,7 +170,6 @@ int cmd_perplexity(int argc, char **argv) {
     if (cli_read_file(path, &text, &len)) goto out;
     co.n_ctx = (size_t)ctx;
     if (cli_session_open(&s, model, &co)) goto out;
-    size_t n_toks;
     rl_tokenizer *tok = s.model.tok;
     size_t nv = s.model.cfg.n_vocab;
     if (base && bh.n_vocab != nv) {
@@ -188,17 +178,12 @@ int cmd_perplexity(int argc, char **argv) {
         goto out;
     }
     double t0 = cli_now();
-    if (rl_tok_encode(tok, text, len, false, &toks, &n_toks, &e) < 0) {
+    bool add_bos;
+    size_t n_all;
+    if (cli_token_stream(tok, text, len, &all, &n_all, &add_bos, &e) < 0) {
         fprintf(stderr, "rawloop: tokenizing %s: %s\n", path, e.msg);
         goto out;
     }
-    bool add_bos = rl_tok_add_bos(tok) && rl_tok_bos(tok) >= 0;
-    all = malloc((n_toks + 1) * sizeof *all);
-    if (!all) goto oom;
-    size_t n_all = 0;
-    if (add_bos) all[n_all++] = rl_tok_bos(tok);
-    memcpy(all + n_all, toks, n_toks * sizeof *toks);
-    n_all += n_toks;
     fprintf(stderr, "rawloop: tokenized %s: %zu tokens in %.2f s\n", path, n_all, cli_now() - t0);
     if (n_all < 2 * (size_t)ctx) {
         fprintf(stderr, "rawloop: need at least %ld tokens for a context of %ld, the text has "
@@ -252,12 +237,13 @@ int cmd_perplexity(int argc, char **argv) {
         for (size_t i = first; i + 1 < (size_t)ctx; i++) {
             const float *row = lg + i * nv;
             unsigned char *r = rows ? rows + (i - first) * row_bytes : NULL;
-            double l = row_nll(row, nv, chunk[i + 1]);
+            size_t im;
+            double lse = kld_lse_argmax(row, nv, &im), l = lse - row[chunk[i + 1]];
             nll += l;
             nll2 += l * l;
             count++;
-            if (tmp) kld_encode_row(row, nv, chunk[i + 1], r);
-            if (base && kld_stats_add(&st, row, nv, chunk[i + 1], r, &e) < 0) {
+            if (tmp) kld_encode_row(row, nv, chunk[i + 1], lse, im, r);
+            if (base && kld_stats_add(&st, row, nv, chunk[i + 1], lse, im, r, &e) < 0) {
                 fprintf(stderr, "rawloop: %s: chunk %zu: %s\n", base_path, ch, e.msg);
                 goto out;
             }
@@ -315,7 +301,6 @@ out:
     free(lg);
     free(base_toks);
     free(all);
-    free(toks);
     free(text);
     cli_session_close(&s);
     return rc;

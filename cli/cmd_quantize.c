@@ -193,8 +193,8 @@ static void calib_free(calib *cb) {
 static int calib_run(calib *cb, const char *model_path, const char *text_path, size_t max_chunks,
                      size_t nth, size_t *n_chunks, rl_err *e) {
     char *text = NULL;
-    size_t len = 0, n_toks = 0;
-    int32_t *toks = NULL, *all = NULL;
+    size_t len = 0;
+    int32_t *all = NULL;
     float *logits = NULL;
     rl_model m = {0};
     rl_cpu *cpu = NULL;
@@ -210,9 +210,9 @@ static int calib_run(calib *cb, const char *model_path, const char *text_path, s
         goto out;
     }
     if (rl_model_load(&m, model_path, e) < 0) goto out;
-    if (rl_tok_encode(m.tok, text, len, false, &toks, &n_toks, e) < 0) goto out;
-    bool add_bos = rl_tok_add_bos(m.tok) && rl_tok_bos(m.tok) >= 0;
-    size_t n_all = n_toks + add_bos;
+    bool add_bos;
+    size_t n_all;
+    if (cli_token_stream(m.tok, text, len, &all, &n_all, &add_bos, e) < 0) goto out;
     *n_chunks = n_all / CALIB_CTX;
     if (*n_chunks == 0) {
         rl_fail(e, "--calib: %s has %zu tokens; calibration needs at least one chunk of %d",
@@ -220,7 +220,6 @@ static int calib_run(calib *cb, const char *model_path, const char *text_path, s
         goto out;
     }
     if (*n_chunks > max_chunks) *n_chunks = max_chunks;
-    all = malloc(n_all * sizeof *all);
     cb->n_layer = m.cfg.n_layer;
     cb->n_mat = RL_CPU_MAT_OUTPUT(m.cfg.n_layer) + 1;
     cb->tied = m.tied_output;
@@ -230,12 +229,10 @@ static int calib_run(calib *cb, const char *model_path, const char *text_path, s
     cb->imp = calloc(cb->n_mat, sizeof *cb->imp);
     size_t batch = 64;
     logits = malloc(batch * m.cfg.n_vocab * sizeof(float));
-    if (!all || !cb->cols || !cb->count || !cb->sum || !cb->imp || !logits) {
+    if (!cb->cols || !cb->count || !cb->sum || !cb->imp || !logits) {
         rl_fail(e, "out of memory");
         goto out;
     }
-    if (add_bos) all[0] = rl_tok_bos(m.tok);
-    memcpy(all + add_bos, toks, n_toks * sizeof *toks);
     rl_cpu_opts co = {.n_threads = nth, .n_ctx = CALIB_CTX, .max_batch = batch, .exact = true,
                       .observe = calib_observe, .observe_ctx = cb};
     if (rl_cpu_new(&cpu, &m, &co, e) < 0) goto out;
@@ -271,7 +268,6 @@ out:
     rl_model_free(&m);
     free(logits);
     free(all);
-    free(toks);
     free(text);
     return rc;
 }

@@ -112,8 +112,7 @@ int kld_read_header(FILE *f, kld_header *h, int32_t **tokens, rl_err *e) {
     return 0;
 }
 
-/* Log-sum-exp of n logits and their first argmax, in double so long vocabularies add up. */
-static double lse_argmax(const float *x, size_t n, size_t *imax) {
+double kld_lse_argmax(const float *x, size_t n, size_t *imax) {
     size_t im = 0;
     for (size_t i = 1; i < n; i++)
         if (x[i] > x[im]) im = i;
@@ -123,9 +122,8 @@ static double lse_argmax(const float *x, size_t n, size_t *imax) {
     return mx + log(sum);
 }
 
-void kld_encode_row(const float *logits, size_t nv, int32_t tok, unsigned char *row) {
-    size_t im;
-    double lse = lse_argmax(logits, nv, &im);
+void kld_encode_row(const float *logits, size_t nv, int32_t tok, double lse, size_t im,
+                    unsigned char *row) {
     float mn = logits[0];
     for (size_t i = 1; i < nv; i++) mn = logits[i] < mn ? logits[i] : mn;
     double hi = (double)logits[im] - lse, lo = (double)mn - lse;
@@ -168,7 +166,7 @@ static double code_at(const unsigned char *c, size_t i) {
     return (double)((unsigned)c[2 * i] | (unsigned)c[2 * i + 1] << 8);
 }
 
-int kld_stats_add(kld_stats *s, const float *x, size_t nv, int32_t tok,
+int kld_stats_add(kld_stats *s, const float *x, size_t nv, int32_t tok, double lse, size_t im,
                   const unsigned char *row, rl_err *e) {
     if (s->count >= s->cap) return rl_fail(e, "more positions than the %zu expected", s->cap);
     double lo = get_f32(row), step = get_f32(row + 4), lp_tok_base = get_f32(row + 12);
@@ -184,8 +182,7 @@ int kld_stats_add(kld_stats *s, const float *x, size_t nv, int32_t tok,
     for (size_t i = 0; i < nv; i++) cmax = code_at(c, i) > cmax ? code_at(c, i) : cmax;
     for (size_t i = 0; i < nv; i++) zb += exp(step * (code_at(c, i) - cmax));
     double base_shift = step * cmax + log(zb); /* lp_base_i = step * code_i - base_shift */
-    size_t im;
-    double lse = lse_argmax(x, nv, &im), kl = 0;
+    double kl = 0;
     for (size_t i = 0; i < nv; i++) {
         double lpb = step * code_at(c, i) - base_shift;
         kl += exp(lpb) * (lpb - ((double)x[i] - lse));

@@ -57,9 +57,14 @@ int kld_write_header(FILE *f, const kld_header *h, const int32_t *tokens, rl_err
  * returns the fed tokens in *tokens (malloc'ed). On success f is positioned at the first row. */
 int kld_read_header(FILE *f, kld_header *h, int32_t **tokens, rl_err *e);
 
-/* Encodes one row of logits (n_vocab floats) predicting token tok into row
- * (kld_row_bytes(n_vocab) bytes). */
-void kld_encode_row(const float *logits, size_t n_vocab, int32_t tok, unsigned char *row);
+/* Log-sum-exp of n logits (in double, so long vocabularies add up) and their first argmax:
+ * computed once per scored row by the caller and given to the two functions below. */
+double kld_lse_argmax(const float *x, size_t n, size_t *imax);
+
+/* Encodes one row of logits (n_vocab floats, log-sum-exp lse, argmax im) predicting token tok
+ * into row (kld_row_bytes(n_vocab) bytes). */
+void kld_encode_row(const float *logits, size_t n_vocab, int32_t tok, double lse, size_t im,
+                    unsigned char *row);
 
 /* Running KL statistics over every scored position. */
 typedef struct kld_stats {
@@ -77,8 +82,8 @@ int kld_stats_init(kld_stats *s, size_t n_positions, rl_err *e);
 void kld_stats_free(kld_stats *s);
 /* Adds one position: logits of the model under test (n_vocab floats), the token that follows
  * and the base file's row. Fails (leaving s unchanged) on a corrupt row. */
-int kld_stats_add(kld_stats *s, const float *logits, size_t n_vocab, int32_t tok,
-                  const unsigned char *row, rl_err *e);
+int kld_stats_add(kld_stats *s, const float *logits, size_t n_vocab, int32_t tok, double lse,
+                  size_t im, const unsigned char *row, rl_err *e);
 /* Prints llama-perplexity's statistics block, then one machine-readable line
  * "KLD: n=.. mean=.. se=.. median=.. p99=.. max=.. top1=.. top1_se=.. ln_ppl_ratio=.. ..."
  * (top1 as a fraction). Sorts the per-position arrays. */

@@ -131,3 +131,22 @@ double cli_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+int cli_token_stream(rl_tokenizer *tok, const char *text, size_t len, int32_t **out, size_t *n,
+                     bool *add_bos, rl_err *e) {
+    int32_t *toks = NULL;
+    size_t n_toks = 0;
+    if (rl_tok_encode(tok, text, len, false, &toks, &n_toks, e) < 0) return -1;
+    *add_bos = rl_tok_add_bos(tok) && rl_tok_bos(tok) >= 0;
+    int32_t *all = malloc((n_toks + 1) * sizeof *all);
+    if (!all) {
+        free(toks);
+        return rl_fail(e, "out of memory for %zu tokens", n_toks + 1);
+    }
+    if (*add_bos) all[0] = rl_tok_bos(tok);
+    memcpy(all + *add_bos, toks, n_toks * sizeof *toks);
+    free(toks);
+    *out = all;
+    *n = n_toks + *add_bos;
+    return 0;
+}

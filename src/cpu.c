@@ -144,13 +144,8 @@ static void kv_store(int kv_type, const float *x, uint8_t *dst, size_t n) {
         rl_f32_to_f16_row(x, (uint16_t *)dst, n);
     } else {
         kv_q8 *b = (kv_q8 *)dst;
-        for (size_t i = 0; i < n / 32; i++, x += 32) {
-            float amax = 0;
-            for (size_t j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
-            float d = amax / 127, id = d != 0 ? 127 / amax : 0;
-            b[i].d = d;
-            for (size_t j = 0; j < 32; j++) b[i].q[j] = (int8_t)nearbyintf(x[j] * id);
-        }
+        int sum;
+        for (size_t i = 0; i < n / 32; i++, x += 32) b[i].d = rl_round_i8_32(x, b[i].q, &sum);
     }
 }
 

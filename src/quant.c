@@ -540,18 +540,25 @@ size_t rl_q8a_row_bytes(size_t n) {
     return n / RL_QK * sizeof(rl_q8a);
 }
 
+float rl_round_i8_32(const float *x, int8_t *q, int *sum) {
+    float amax = 0;
+    for (size_t j = 0; j < RL_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    float d = amax / 127, id = d != 0 ? 127 / amax : 0;
+    int s = 0;
+    for (size_t j = 0; j < RL_QK; j++) {
+        /* round-to-nearest-even vectorizes; the rounding mode only needs to be fixed */
+        int v = (int)nearbyintf(x[j] * id);
+        q[j] = (int8_t)v;
+        s += v;
+    }
+    *sum = s;
+    return d;
+}
+
 void rl_q8a_quant_row_ref(const float *x, rl_q8a *dst, size_t n) {
     for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK) {
-        float amax = 0;
-        for (size_t j = 0; j < RL_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-        float d = amax / 127, id = d != 0 ? 127 / amax : 0;
-        int sum = 0;
-        for (size_t j = 0; j < RL_QK; j++) {
-            /* round-to-nearest-even vectorizes; the rounding mode only needs to be fixed */
-            int q = (int)nearbyintf(x[j] * id);
-            dst[i].qs[j] = (int8_t)q;
-            sum += q;
-        }
+        int sum;
+        float d = rl_round_i8_32(x, dst[i].qs, &sum);
         dst[i].d = d;
         dst[i].s = d * (float)sum;
         dst[i].sum8 = 8 * sum;

@@ -56,6 +56,11 @@ typedef struct rl_q8a {
     int8_t qs[32];
 } rl_q8a;
 
+/* Rounds 32 values to int8 with one scale d (returned; x ~ d * q), d = amax / 127 and
+ * round-half-even: the one rounding rule of the fast path's activations and of the 8-bit KV
+ * cache. *sum = sum of the q. */
+float rl_round_i8_32(const float *x, int8_t *q, int *sum);
+
 /* Bytes of the quantized form of an activation row of n values (n multiple of 32). */
 size_t rl_q8a_row_bytes(size_t n);
 void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n);
