@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 #include <string.h>
 
+#include "dequant.cuh"
 #include "kernels.h"
 #include "types.h"
 
@@ -75,134 +76,6 @@ void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols,
             for (size_t i = 0; i < qb; i++) qd[i] = blk[2 + i];
         }
     }
-}
-
-/* ---- dequantisers: chunk c (32 values) of one row ---------------------------------------- */
-
-__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
-__device__ __forceinline__ float ldh(const uint8_t *p) {
-    return h2f((uint16_t)(p[0] | (p[1] << 8)));
-}
-
-__device__ __forceinline__ void deq_f32(const uint8_t *w, const uint8_t *, int c, float *v) {
-    const float4 *p = (const float4 *)(w + (size_t)c * 128);
-#pragma unroll
-    for (int j = 0; j < 8; j++) {
-        float4 t = __ldg(p + j);
-        v[4 * j] = t.x; v[4 * j + 1] = t.y; v[4 * j + 2] = t.z; v[4 * j + 3] = t.w;
-    }
-}
-
-template <bool BF>
-__device__ __forceinline__ void deq_16bit(const uint8_t *w, const uint8_t *, int c, float *v) {
-    const uint4 *p = (const uint4 *)(w + (size_t)c * 64);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        uint4 t = __ldg(p + j);
-        uint32_t u[4] = {t.x, t.y, t.z, t.w};
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (BF) {
-                v[8 * j + 2 * k] = __uint_as_float(u[k] << 16);
-                v[8 * j + 2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
-            } else {
-                v[8 * j + 2 * k] = h2f((uint16_t)(u[k] & 0xffff));
-                v[8 * j + 2 * k + 1] = h2f((uint16_t)(u[k] >> 16));
-            }
-        }
-    }
-}
-
-/* repacked: 16 quant bytes (element j low nibble, j+16 high nibble of byte j) + fp16 scale */
-__device__ __forceinline__ void deq_q4_0(const uint8_t *w, const uint8_t *s, int c, float *v) {
-    uint4 t = __ldg((const uint4 *)(w + (size_t)c * 16));
-    float d = h2f(__ldg((const unsigned short *)s + c));
-    uint32_t u[4] = {t.x, t.y, t.z, t.w};
-#pragma unroll
-    for (int k = 0; k < 16; k++) {
-        int b = (int)((u[k / 4] >> (8 * (k % 4))) & 0xff);
-        v[k] = __fmul_rn(d, (float)((b & 0xF) - 8));
-        v[k + 16] = __fmul_rn(d, (float)((b >> 4) - 8));
-    }
-}
-
-__device__ __forceinline__ void deq_q8_0(const uint8_t *w, const uint8_t *s, int c, float *v) {
-    const uint4 *p = (const uint4 *)(w + (size_t)c * 32);
-    float d = h2f(__ldg((const unsigned short *)s + c));
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        uint4 t = __ldg(p + j);
-        uint32_t u[4] = {t.x, t.y, t.z, t.w};
-#pragma unroll
-        for (int k = 0; k < 16; k++)
-            v[16 * j + k] = __fmul_rn(d, (float)(int8_t)((u[k / 4] >> (8 * (k % 4))) & 0xff));
-    }
-}
-
-__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
-/* Q4_K / Q5_K: chunk c is sub-block c%8 of super-block c/8; value = d*sc*q - dmin*m, with the
- * product rounded before the subtraction as in the C reference (no FMA contraction). */
-template <bool FIVE>
-__device__ __forceinline__ void deq_qk45(const uint8_t *w, const uint8_t *, int c, float *v) {
-    const uint8_t *b = w + (size_t)(c / 8) * (FIVE ? 176 : 144);
-    int sb = c % 8, sc, mn;
-    scale_min_k4(sb, b + 4, &sc, &mn);
-    float d1 = __fmul_rn(ldh(b), (float)sc), m1 = __fmul_rn(ldh(b + 2), (float)mn);
-    const uint4 *qp = (const uint4 *)(b + (FIVE ? 48 : 16) + 32 * (sb / 2));
-    uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1);
-    uint32_t u[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (FIVE) {
-        const uint4 *hp = (const uint4 *)(b + 16);
-        uint4 h0 = __ldg(hp), h1 = __ldg(hp + 1);
-        h[0] = h0.x; h[1] = h0.y; h[2] = h0.z; h[3] = h0.w;
-        h[4] = h1.x; h[5] = h1.y; h[6] = h1.z; h[7] = h1.w;
-    }
-    int shift = (sb & 1) * 4;
-#pragma unroll
-    for (int l = 0; l < 32; l++) {
-        int q = (int)((u[l / 4] >> (8 * (l % 4) + shift)) & 0xF);
-        if (FIVE) q += (int)(((h[l / 4] >> (8 * (l % 4) + sb)) & 1) << 4);
-        v[l] = __fsub_rn(__fmul_rn(d1, (float)q), m1);
-    }
-}
-
-/* Q6_K, repacked: 208-byte blocks (ql, qh, sub-scales) and the fp16 d in the scale plane.
- * Chunk c: half h, group g of super-block c/8 = elements 128h + 32g + l. */
-__device__ __forceinline__ void deq_q6_k(const uint8_t *w, const uint8_t *s, int c, float *v) {
-    const uint8_t *b = w + (size_t)(c / 8) * 208;
-    int sb = c % 8, hh = sb / 4, g = sb % 4;
-    float d = ldh(s + (size_t)(c / 8) * 2);
-    const uint8_t *ql = b + 64 * hh + 32 * (g & 1), *qh = b + 128 + 32 * hh;
-    const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + 2 * g);
-    float ds0 = __fmul_rn(d, (float)sc[0]), ds1 = __fmul_rn(d, (float)sc[1]);
-#pragma unroll
-    for (int l = 0; l < 32; l++) {
-        int lo = g >= 2 ? (ql[l] >> 4) : (ql[l] & 0xF);
-        int q = (lo | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
-        v[l] = __fmul_rn(l < 16 ? ds0 : ds1, (float)q);
-    }
-}
-
-template <int T>
-__device__ __forceinline__ void deq32(const uint8_t *w, const uint8_t *s, int c, float *v) {
-    if (T == RL_F32) deq_f32(w, s, c, v);
-    else if (T == RL_F16) deq_16bit<false>(w, s, c, v);
-    else if (T == RL_BF16) deq_16bit<true>(w, s, c, v);
-    else if (T == RL_Q4_0) deq_q4_0(w, s, c, v);
-    else if (T == RL_Q8_0) deq_q8_0(w, s, c, v);
-    else if (T == RL_Q4_K) deq_qk45<false>(w, s, c, v);
-    else if (T == RL_Q5_K) deq_qk45<true>(w, s, c, v);
-    else deq_q6_k(w, s, c, v);
 }
 
 /* ---- matvec ------------------------------------------------------------------------------ */
