@@ -42,9 +42,10 @@ typedef struct cli_session {
 int cli_session_open(cli_session *s, const char *path, const rl_backend_opts *o);
 /* Handles --device's argument; prints an error and returns -1 on a bad name. */
 int cli_parse_device(const char *text, enum rl_device *out);
-/* Handles --kv-type f16|f32 (sets *f32). */
 /* f16, f32 or q8 into an enum rl_kv_type; prints and returns -1 on anything else. */
 int cli_parse_kv_type(const char *text, int *kv_type);
+/* exact, fast or auto into an enum rl_prefill; prints and returns -1 on anything else. */
+int cli_parse_prefill(const char *text, int *prefill);
 void cli_session_close(cli_session *s);
 /* Parses "1 2 3" or "1,2,3" into a malloc'ed id list; prints an error on bad input. */
 int cli_parse_ids(const char *text, int32_t **ids, size_t *n);

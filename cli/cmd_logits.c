@@ -9,16 +9,19 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop logits -m FILE --ids \"1 2 3\" -o OUT [--exact] [-t N] [-b N] [--device D]\n"
-        "                     [--kv-type f16|f32|q8]\n"
+        "                     [--kv-type f16|f32|q8] [--prefill exact|fast|auto]\n"
         "Feeds the ids at positions 0..n-1 (no BOS added) and writes float32 little-endian\n"
         "logits, n rows of n_vocab, row i after ids[0..i].\n"
-        "  -b, --batch N   tokens per forward chunk (default 64; 1 = one token at a time)\n");
+        "  -b, --batch N   tokens per forward chunk (default: CPU 64, GPU fast prefill 512)\n"
+        "  --prefill M     exact (bit-identical to decoding token by token), fast (GPU: fp16\n"
+        "                  tensor-core GEMMs, not the same bits) or auto (default: fast on the\n"
+        "                  GPU unless --exact; the CPU is always exact)\n");
 }
 
 int cmd_logits(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"ids", 1, 0, 'i'}, {"output", 1, 0, 'o'}, {"exact", 0, 0, 'x'},
-        {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"prefill", 1, 0, 'F'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *ids_text = NULL, *outp = NULL;
     rl_backend_opts co = {0};
     long v;
@@ -32,6 +35,7 @@ int cmd_logits(int argc, char **argv) {
         case 'x': co.exact = true; break;
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
         case 'K': if (cli_parse_kv_type(optarg, &co.kv_type)) return 2; break;
+        case 'F': if (cli_parse_prefill(optarg, &co.prefill)) return 2; break;
         case 't': if (cli_parse_long("-t", optarg, 1, 1024, &v)) return 2; co.n_threads = (size_t)v; break;
         case 'b': if (cli_parse_long("-b", optarg, 1, 4096, &v)) return 2; co.max_batch = (size_t)v; break;
         case 'h': usage(stdout); return 0;

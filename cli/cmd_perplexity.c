@@ -22,11 +22,14 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop perplexity -m FILE -f TEXT [-c CTX] [-t N] [-b N] [--exact] [--chunks N]\n"
-        "                          [--device cpu|cuda|auto] [--kv-type f16|f32|q8]\n"
+        "                          [--device cpu|cuda|auto] [--kv-type f16|f32|q8] [--prefill M]\n"
         "                          [--save-logits BASE | --kl-divergence BASE]\n"
         "Prints [chunk]running-PPL as it goes and 'Final estimate: PPL = X +/- E'.\n"
         "  -c, --ctx-size N  tokens per chunk (default 512; with --kl-divergence, BASE's)\n"
-        "  -b, --batch N     tokens per forward chunk (default 64)\n"
+        "  -b, --batch N     tokens per forward chunk (default: CPU 64, GPU fast prefill 512)\n"
+        "      --prefill M   exact (bit-identical to decoding token by token), fast (GPU: fp16\n"
+        "                    tensor-core GEMMs, not the same bits) or auto (default: fast on\n"
+        "                    the GPU unless --exact; the CPU is always exact)\n"
         "      --chunks N    stop after N chunks (default: all; with --kl-divergence, BASE's)\n"
         "      --save-logits BASE\n"
         "                    also write the log-probs of every scored position to BASE\n"
@@ -81,7 +84,7 @@ int cmd_perplexity(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"file", 1, 0, 'f'}, {"ctx-size", 1, 0, 'c'},
         {"threads", 1, 0, 't'}, {"batch", 1, 0, 'b'}, {"exact", 0, 0, 'x'},
-        {"chunks", 1, 0, 'k'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'},
+        {"chunks", 1, 0, 'k'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"prefill", 1, 0, 'F'},
         {"save-logits", 1, 0, 'S'}, {"kl-divergence", 1, 0, 'L'}, {"help", 0, 0, 'h'},
         {0, 0, 0, 0}};
     const char *model = NULL, *path = NULL, *save_path = NULL, *base_path = NULL;
@@ -101,6 +104,7 @@ int cmd_perplexity(int argc, char **argv) {
         case 'x': co.exact = true; break;
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
         case 'K': if (cli_parse_kv_type(optarg, &co.kv_type)) return 2; break;
+        case 'F': if (cli_parse_prefill(optarg, &co.prefill)) return 2; break;
         case 'S': save_path = optarg; break;
         case 'L': base_path = optarg; break;
         case 'h': usage(stdout); return 0;
@@ -221,8 +225,8 @@ int cmd_perplexity(int argc, char **argv) {
     }
     size_t count = 0;
     double nll = 0, nll2 = 0;
-    fprintf(stderr, "rawloop: %zu chunks of %ld tokens, %s, %s\n", n_chunks, ctx, s.be.name,
-            s.be.numerics);
+    fprintf(stderr, "rawloop: %zu chunks of %ld tokens, %s, %s; prefill %s\n", n_chunks, ctx,
+            s.be.name, s.be.numerics, s.be.prefill);
     t0 = cli_now();
     for (size_t ch = 0; ch < n_chunks; ch++) {
         const int32_t *chunk = all + ch * (size_t)ctx;

@@ -30,6 +30,10 @@ static void usage(FILE *out) {
         "  -s, --seed N           RNG seed (default: random, printed on stderr)\n"
         "      --exact            keep activations in fp32 (no 8-bit activation fast path)\n"
         "      --kv-type T        KV cache type: f16 (default), f32, or q8 (8-bit, CPU only)\n"
+        "      --prefill M        how the prompt runs: exact (bit-identical to decoding it token\n"
+        "                         by token), fast (GPU: fp16 tensor-core GEMMs, same quality\n"
+        "                         class, not the same bits) or auto (default: fast on the GPU\n"
+        "                         unless --exact; the CPU is always exact)\n"
         "      --no-bos           do not add the BOS token before the prompt\n"
         "      --ignore-eos       keep generating past end-of-generation tokens\n"
         "      --print-ids        print generated token ids instead of text\n"
@@ -37,7 +41,7 @@ static void usage(FILE *out) {
 }
 
 enum { O_TEMP = 256, O_TOPK, O_TOPP, O_MINP, O_RP, O_RLN, O_EXACT, O_NOBOS, O_IGNEOS, O_IDS,
-       O_PRINTIDS, O_DEVICE, O_KV };
+       O_PRINTIDS, O_DEVICE, O_KV, O_PREFILL };
 
 int cmd_run(int argc, char **argv) {
     static const struct option opts[] = {
@@ -46,7 +50,7 @@ int cmd_run(int argc, char **argv) {
         {"seed", 1, 0, 's'}, {"temp", 1, 0, O_TEMP}, {"top-k", 1, 0, O_TOPK},
         {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP}, {"repeat-penalty", 1, 0, O_RP},
         {"repeat-last-n", 1, 0, O_RLN}, {"exact", 0, 0, O_EXACT}, {"no-bos", 0, 0, O_NOBOS},
-        {"ignore-eos", 0, 0, O_IGNEOS}, {"ids", 1, 0, O_IDS}, {"print-ids", 0, 0, O_PRINTIDS}, {"device", 1, 0, O_DEVICE}, {"kv-type", 1, 0, O_KV},
+        {"ignore-eos", 0, 0, O_IGNEOS}, {"ids", 1, 0, O_IDS}, {"print-ids", 0, 0, O_PRINTIDS}, {"device", 1, 0, O_DEVICE}, {"kv-type", 1, 0, O_KV}, {"prefill", 1, 0, O_PREFILL},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *prompt = NULL, *pfile = NULL, *ids_text = NULL;
     long n_predict = 128, n_ctx = 0, threads = 0, v;
@@ -87,6 +91,7 @@ int cmd_run(int argc, char **argv) {
         case O_PRINTIDS: print_ids = true; break;
         case O_DEVICE: if (cli_parse_device(optarg, &co.device)) return 2; break;
         case O_KV: if (cli_parse_kv_type(optarg, &co.kv_type)) return 2; break;
+        case O_PREFILL: if (cli_parse_prefill(optarg, &co.prefill)) return 2; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -197,9 +202,9 @@ int cmd_run(int argc, char **argv) {
     printf("\n");
     double t2 = cli_now();
     fprintf(stderr, "rawloop: prompt %zu tokens in %.3f s (%.2f tok/s); generated %zu tokens in "
-                    "%.3f s (%.2f tok/s); %s, %zu threads, %s\n", n_ids, t1 - t0,
+                    "%.3f s (%.2f tok/s); %s, %zu threads, %s; prefill %s\n", n_ids, t1 - t0,
             n_ids / (t1 - t0), n_gen, t2 - t1, n_gen > 1 ? (n_gen - 1) / (t2 - t1) : 0.0,
-            s.be.name, s.be.n_threads, s.be.numerics);
+            s.be.name, s.be.n_threads, s.be.numerics, s.be.prefill);
     rc = 0;
 out:
     rl_sampler_free(smp);

@@ -58,6 +58,17 @@ int cli_parse_kv_type(const char *text, int *kv_type) {
     return -1;
 }
 
+int cli_parse_prefill(const char *text, int *prefill) {
+    if (!strcmp(text, "exact")) *prefill = RL_PREFILL_EXACT;
+    else if (!strcmp(text, "fast")) *prefill = RL_PREFILL_FAST;
+    else if (!strcmp(text, "auto")) *prefill = RL_PREFILL_AUTO;
+    else {
+        fprintf(stderr, "rawloop: --prefill expects exact, fast or auto, got '%s'\n", text);
+        return -1;
+    }
+    return 0;
+}
+
 int cli_parse_ids(const char *text, int32_t **ids, size_t *n) {
     size_t cap = 16, k = 0;
     int32_t *v = malloc(cap * sizeof *v);

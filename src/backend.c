@@ -42,6 +42,9 @@ int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, 
     enum rl_device d = o->device;
     if (d == RL_DEVICE_AUTO) d = rl_cuda_device_present() ? RL_DEVICE_CUDA : RL_DEVICE_CPU;
     if (d == RL_DEVICE_CUDA) return rl_cuda_open(b, m, o, e);
+    if (o->prefill == RL_PREFILL_FAST)
+        return rl_fail(e, "--prefill fast is GPU-only: the CPU's prompts already run in batches "
+                       "with decoding's arithmetic (use --prefill exact or leave it out)");
     rl_cpu_opts co = {.n_threads = o->n_threads, .n_ctx = o->n_ctx, .max_batch = o->max_batch,
                       .exact = o->exact, .kv_type = o->kv_type};
     rl_cpu *c;
@@ -56,6 +59,8 @@ int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, 
                   : rl_type_is_float(m->main_type) ? "fp32 activations (float weights)"
                                                    : "8-bit activations for quantized weights";
     snprintf(b->name, sizeof b->name, "cpu-%s", rl_simd_name());
+    snprintf(b->prefill, sizeof b->prefill, "exact: batches of up to %zu tokens, bit-identical "
+             "to decoding them one at a time", rl_cpu_max_batch(c));
     return 0;
 }
 

@@ -16,6 +16,12 @@ enum rl_device { RL_DEVICE_AUTO, RL_DEVICE_CPU, RL_DEVICE_CUDA };
  * with an fp32 scale (36 bytes per 32: 0.56x of f16), rounded like the fast path's activations. */
 enum rl_kv_type { RL_KV_F16, RL_KV_F32, RL_KV_Q8 };
 
+/* How a forward call of several tokens (a prompt) runs. EXACT: logits bit-identical to decoding
+ * the same tokens one at a time. FAST (GPU): tensor-core GEMMs over fp16 weights and
+ * activations, the same quality class as decoding but not the same bits. AUTO: FAST on the GPU
+ * unless --exact, EXACT on the CPU (whose batched prefill already keeps decoding's numerics). */
+enum rl_prefill { RL_PREFILL_AUTO, RL_PREFILL_EXACT, RL_PREFILL_FAST };
+
 typedef struct rl_backend_opts {
     enum rl_device device;
     size_t n_threads;  /* CPU threads; 0 = all cores */
@@ -23,6 +29,7 @@ typedef struct rl_backend_opts {
     size_t max_batch;  /* tokens per forward chunk; 0 = backend default */
     bool exact;        /* CPU: fp32 activations everywhere */
     int kv_type;       /* enum rl_kv_type; f32 and q8 are CPU-only */
+    int prefill;       /* enum rl_prefill */
 } rl_backend_opts;
 
 /* One line of a per-kernel profile: a step of the forward pass (one or a few kernels), its
@@ -56,6 +63,7 @@ typedef struct rl_backend {
     size_t n_threads;
     size_t repacked_bytes; /* host weights copied into a kernel-friendly layout at load */
     const char *numerics;  /* what the arithmetic is, for reports: "8-bit activations", ... */
+    char prefill[256];     /* how prompts run, for reports: "exact: ...", "fast: ..." */
     char name[128]; /* "cpu-avx2", "cuda NVIDIA H200" */
 } rl_backend;
 

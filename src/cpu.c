@@ -224,6 +224,7 @@ void rl_cpu_free(rl_cpu *c) {
 
 size_t rl_cpu_n_ctx(const rl_cpu *c) { return c->n_ctx; }
 size_t rl_cpu_n_threads(const rl_cpu *c) { return rl_pool_size(c->pool); }
+size_t rl_cpu_max_batch(const rl_cpu *c) { return c->max_batch; }
 size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos) {
     return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_row;
 }

@@ -33,6 +33,8 @@ int rl_cpu_new(rl_cpu **out, const rl_model *m, const rl_cpu_opts *o, rl_err *e)
 void rl_cpu_free(rl_cpu *c);
 size_t rl_cpu_n_ctx(const rl_cpu *c);
 size_t rl_cpu_n_threads(const rl_cpu *c);
+/* Tokens per forward chunk (prompts run in chunks of this many). */
+size_t rl_cpu_max_batch(const rl_cpu *c);
 /* Bytes one decode step at position pos reads from the KV cache. */
 /* Extra memory held by weights repacked at load for the fast kernels (0 on the exact path). */
 size_t rl_cpu_packed_bytes(const rl_cpu *c);

@@ -10,31 +10,26 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "reduce.cuh"
 
-/* Block-wide sum of one double per thread in a fixed order (warp butterfly, then warp 0). */
-__device__ double block_sum_d(double v, double *red) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    double t = 0;
-    for (int i = 0; i < nw; i++) t += red[i];
-    return t;
-}
-
-/* Block (blockDim.x == hd rounded up to 32) per head: blocks [0, n_head) rotate q in place,
- * [n_head, n_head + n_kv) rotate k and store it, then [.., + n_kv) store v. */
+/* Block (blockDim.x == hd rounded up to 32) per head and token (grid y: n_tok, 1 when decoding):
+ * blocks [0, n_head) rotate q in place, [n_head, n_head + n_kv) rotate k and store it, then
+ * [.., + n_kv) store v. Token s sits at position pos + s (pos: io->pos, or pos0 without io) and
+ * its q, k, v at s * tok_stride from the given pointers; biases (bq, bk, bv: the prefill's, whose
+ * GEMMs have no epilogue) are added first. */
 __global__ void rope_kv_kernel(const rl_att_args a) {
     __shared__ float h[512];
     __shared__ double red[32];
     rl_pdl_trigger();
     rl_pdl_wait();
-    int b = blockIdx.x, t = threadIdx.x, hd = a.hd, pos = a.io->pos;
+    int b = blockIdx.x, t = threadIdx.x, hd = a.hd, pos = (a.io ? a.io->pos : a.pos0) + (int)blockIdx.y;
+    size_t to = (size_t)blockIdx.y * a.tok_stride;
     int kind = b < a.n_head ? 0 : b < a.n_head + a.n_head_kv ? 1 : 2;
     int head = kind == 0 ? b : kind == 1 ? b - a.n_head : b - a.n_head - a.n_head_kv;
-    const float *src = kind == 0 ? a.q + head * hd : kind == 1 ? a.k + head * hd : a.v + head * hd;
+    const float *src = (kind == 0 ? a.q : kind == 1 ? a.k : a.v) + to + head * hd;
+    const float *bias = kind == 0 ? a.bq : kind == 1 ? a.bk : a.bv;
     float val = t < hd ? src[t] : 0.0f;
+    if (bias && t < hd) val = val + bias[head * hd + t];
     if (kind == 2) {
         if (t < hd) a.vc[(size_t)pos * a.n_head_kv * hd + head * hd + t] = __half_as_ushort(__float2half_rn(val));
         return;
@@ -68,39 +63,18 @@ __global__ void rope_kv_kernel(const rl_att_args a) {
     }
     __syncthreads();
     if (t < hd) {
-        if (kind == 0) a.q[head * hd + t] = h[t];
+        if (kind == 0) a.q[to + head * hd + t] = h[t];
         else a.kc[(size_t)pos * a.n_head_kv * hd + head * hd + t] = __half_as_ushort(__float2half_rn(h[t]));
     }
 }
 
 void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
     int threads = (a->hd + 31) / 32 * 32;
-    rl_launch(rope_kv_kernel, dim3(a->n_head + 2 * a->n_head_kv), dim3(threads), 0, st, pdl, *a);
+    rl_launch(rope_kv_kernel, dim3(a->n_head + 2 * a->n_head_kv, a->n_tok > 1 ? a->n_tok : 1),
+              dim3(threads), 0, st, pdl, *a);
 }
 
 #define ATT_THREADS 128
-
-__device__ float block_max_f(float v, float *red) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = red[0];
-    for (int i = 1; i < nw; i++) t = fmaxf(t, red[i]);
-    return t;
-}
-
-__device__ float block_sum_f(float v, float *red) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    __syncthreads();
-    if (lane == 0) red[warp] = v;
-    __syncthreads();
-    float t = 0;
-    for (int i = 0; i < nw; i++) t += red[i];
-    return t;
-}
 
 /* grid (n_head, n_split), ATT_THREADS threads; dynamic shared memory: split scores, hd of q,
  * and nw * hd for the cross-warp sum of the output.
@@ -115,7 +89,14 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
     rl_pdl_wait();
     const int hd = a.hd, nw = blockDim.x >> 5;
     float *sc = sm, *qs = sm + a.split_max, *ow = qs + hd;
-    int h = blockIdx.x, s = blockIdx.y, n_pos = a.io->pos + 1;
+    /* token z of an exact chunk (grid z; 0 when decoding) sits at io->pos + z: its q, output,
+     * partials and tickets are its own, and everything below is the one-token computation */
+    const int z = blockIdx.z;
+    int h = blockIdx.x, s = blockIdx.y, n_pos = a.io->pos + z + 1;
+    const float *qz = a.q + (size_t)z * a.tok_stride;
+    float *oz = a.out + (size_t)z * a.n_head * hd;
+    float *pz = a.part + (size_t)z * a.n_head * a.n_split * (hd + 2);
+    int *cz = a.count + (size_t)z * a.n_head;
     /* positions per split: the knob, widened (in steps of 32) to keep at most max_split splits so the
      * merge stays short at depth; a function of pos only, so every block agrees */
     int S = max(a.split, ((n_pos + a.max_split - 1) / a.max_split + 31) / 32 * 32);
@@ -124,7 +105,7 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
     int np = min(p0 + S, n_pos) - p0;
     int kv_dim = a.n_head_kv * hd, kvh = h / (a.n_head / a.n_head_kv);
     int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    for (int d = t; d < hd; d += blockDim.x) qs[d] = a.q[h * hd + d];
+    for (int d = t; d < hd; d += blockDim.x) qs[d] = qz[h * hd + d];
     __syncthreads();
     float scale = 1.0f / sqrtf((float)hd);
     const __half *kc = (const __half *)a.kc + kvh * hd;
@@ -202,11 +183,11 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
         for (int d = t; d < hd; d += blockDim.x) {
             float o = 0.0f;
             for (int w = 0; w < nw; w++) o += ow[w * hd + d];
-            a.out[h * hd + d] = o / l;
+            oz[h * hd + d] = o / l;
         }
         return;
     }
-    float *out = a.part + ((size_t)h * a.n_split + s) * (hd + 2);
+    float *out = pz + ((size_t)h * a.n_split + s) * (hd + 2);
     for (int d = t; d < hd; d += blockDim.x) {
         float o = 0.0f;
         for (int w = 0; w < nw; w++) o += ow[w * hd + d];
@@ -221,11 +202,11 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
     __shared__ int ticket;
     __threadfence();
     __syncthreads();
-    if (t == 0) ticket = atomicAdd(&a.count[h], 1);
+    if (t == 0) ticket = atomicAdd(&cz[h], 1);
     __syncthreads();
     if (ticket != ns - 1) return;
     __threadfence();
-    const float *ph = a.part + (size_t)h * a.n_split * (hd + 2);
+    const float *ph = pz + (size_t)h * a.n_split * (hd + 2);
     float M = -INFINITY;
     for (int q = 0; q < ns; q++) M = fmaxf(M, __ldcg(ph + q * (hd + 2)));
     for (int d = t; d < hd; d += blockDim.x) {
@@ -236,15 +217,109 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
             L = fmaf(__ldcg(pq + 1), w, L);
             o = fmaf(__ldcg(pq + 2 + d), w, o);
         }
-        a.out[h * hd + d] = o / L;
+        oz[h * hd + d] = o / L;
     }
-    if (t == 0) a.count[h] = 0;
+    if (t == 0) cz[h] = 0;
 }
 
 /* The split widening keeps at most max_split splits active at any position, so the grid needs no more:
  * v1 launched n_ctx / split blocks per head, most of which returned at once. */
 void rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
-    dim3 grid(a->n_head, a->n_split < a->max_split ? a->n_split : a->max_split);
+    dim3 grid(a->n_head, a->n_split < a->max_split ? a->n_split : a->max_split, a->n_tok > 1 ? a->n_tok : 1);
     size_t smem = (size_t)(a->split_max + a->hd + (ATT_THREADS / 32) * a->hd) * sizeof(float);
     rl_launch(flash_decode_kernel, grid, dim3(ATT_THREADS), smem, st, pdl, *a);
+}
+
+/* ---- prefill (fast mode) ---------------------------------------------------------------------
+ * Causal attention of n_tok queries (positions pos0 .. pos0 + n_tok - 1, already roped, at
+ * tok_stride floats apart in q) over the f16 cache, whose rows up to the last query's position
+ * the rope_kv launch has written. Block: head h, PF_Q consecutive queries, one warp each; key
+ * tiles of 32 positions staged in shared memory as fp32 (K padded by one float per row so lane j
+ * reading key j's element d hits bank (j + d) % 32), shared by the block's warps. Per tile a
+ * warp scores key (tile + lane), updates its running max and sum (online softmax), and adds the
+ * tile's weighted values to its lane's dimensions lane + 32i. Not decoding's bits (another
+ * summation order): the fast prefill is a quality class, not a bit-exact path. */
+#define PF_Q 8
+#define PF_DMAX 256
+
+__global__ void __launch_bounds__(PF_Q * 32) attention_prefill_kernel(const rl_att_args a, __half *out) {
+    extern __shared__ float sm[];
+    const int hd = a.hd, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int kp = hd + 1, kv_dim = a.n_head_kv * hd, kvh = h / (a.n_head / a.n_head_kv);
+    float *ks = sm, *vs = ks + 32 * kp, *qs = vs + 32 * hd + warp * hd;
+    const int s0 = blockIdx.x * PF_Q, s = s0 + warp;
+    const bool act = s < a.n_tok;
+    const int mypos = a.pos0 + s, last = a.pos0 + min(s0 + PF_Q, a.n_tok) - 1;
+    const float scale = 1.0f / sqrtf((float)hd);
+    for (int d = lane; d < hd; d += 32) qs[d] = act ? a.q[(size_t)s * a.tok_stride + h * hd + d] * scale : 0.0f;
+    float m = -INFINITY, l = 0.0f, acc[PF_DMAX / 32];
+#pragma unroll
+    for (int i = 0; i < PF_DMAX / 32; i++) acc[i] = 0.0f;
+    const __half *kc = (const __half *)a.kc + kvh * hd, *vc = (const __half *)a.vc + kvh * hd;
+    for (int k0 = 0; k0 <= last; k0 += 32) {
+        __syncthreads(); /* the previous tile is used up */
+        for (int i = threadIdx.x; i < 16 * hd; i += blockDim.x) { /* 32 keys x hd/2 pairs */
+            int j = i / (hd / 2), d = 2 * (i % (hd / 2));
+            float2 kf = make_float2(0.0f, 0.0f), vf = kf;
+            if (k0 + j <= last) {
+                kf = __half22float2(*(const __half2 *)(kc + (size_t)(k0 + j) * kv_dim + d));
+                vf = __half22float2(*(const __half2 *)(vc + (size_t)(k0 + j) * kv_dim + d));
+            }
+            ks[j * kp + d] = kf.x;
+            ks[j * kp + d + 1] = kf.y;
+            vs[j * hd + d] = vf.x;
+            vs[j * hd + d + 1] = vf.y;
+        }
+        __syncthreads();
+        if (!act || k0 > mypos) continue;
+        const int p = k0 + lane;
+        float sc = -INFINITY;
+        if (p <= mypos) {
+            float s0a = 0.0f, s1a = 0.0f;
+            const float *kr = ks + lane * kp;
+            for (int d = 0; d < hd; d += 2) {
+                s0a = fmaf(qs[d], kr[d], s0a);
+                s1a = fmaf(qs[d + 1], kr[d + 1], s1a);
+            }
+            sc = s0a + s1a;
+        }
+        float tm = sc;
+        for (int o = 16; o > 0; o >>= 1) tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, o));
+        const float mn = fmaxf(m, tm), alpha = expf(m - mn);
+        const float pj = p <= mypos ? expf(sc - mn) : 0.0f;
+        float ps = pj;
+        for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+        l = l * alpha + ps;
+        m = mn;
+#pragma unroll
+        for (int i = 0; i < PF_DMAX / 32; i++) acc[i] *= alpha;
+        const int nk = min(32, mypos - k0 + 1);
+        for (int j = 0; j < nk; j++) {
+            const float w = __shfl_sync(0xffffffffu, pj, j);
+            const float *vr = vs + j * hd;
+#pragma unroll
+            for (int i = 0; i < PF_DMAX / 32; i++)
+                if (lane + 32 * i < hd) acc[i] = fmaf(w, vr[lane + 32 * i], acc[i]);
+        }
+    }
+    if (!act) return;
+    const float il = 1.0f / l;
+#pragma unroll
+    for (int i = 0; i < PF_DMAX / 32; i++)
+        if (lane + 32 * i < hd) out[(size_t)s * a.n_head * hd + h * hd + lane + 32 * i] = __float2half_rn(acc[i] * il);
+}
+
+int rl_attention_prefill_launch(const rl_att_args *a, __half *out, cudaStream_t st) {
+    if (a->hd > PF_DMAX || a->hd % 2) return (int)cudaErrorInvalidValue;
+    size_t smem = (size_t)(32 * (a->hd + 1) + 32 * a->hd + PF_Q * a->hd) * sizeof(float);
+    static size_t raised = 0; /* the kernel's dynamic shared-memory limit, raised once as needed */
+    if (smem > 48 * 1024 && smem > raised) {
+        cudaError_t err = cudaFuncSetAttribute(attention_prefill_kernel,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return (int)err;
+        raised = smem;
+    }
+    dim3 grid((a->n_tok + PF_Q - 1) / PF_Q, a->n_head);
+    attention_prefill_kernel<<<grid, PF_Q * 32, smem, st>>>(*a, out);
+    return (int)cudaGetLastError();
 }

@@ -35,13 +35,18 @@ struct rl_cuda {
     dlayer *lay;      /* [n_layer] */
     rl_dmat emb, out;
     const float *out_norm, *inv_freq;
-    float *x;         /* [n_embd] residual stream */
-    float *q, *k, *v; /* [q_dim], [kv_dim], [kv_dim] */
-    float *att;       /* [q_dim] attention output */
-    float *hb;        /* [n_ff] silu(gate) * up */
-    float *logits;    /* [n_vocab] */
-    float *part;      /* [n_head][n_split][head_dim + 2] */
-    int *count;       /* [n_head] attention split tickets */
+    /* activations of up to RL_CHUNK_MAX tokens (an exact chunk; decoding uses token 0) */
+    float *x;         /* [chunk][n_embd] residual stream */
+    float *q, *k, *v; /* in qkv: [chunk][q_dim | kv_dim | kv_dim], qkv_dim apart */
+    size_t qkv_dim;   /* q_dim + 2 kv_dim */
+    float *att;       /* [chunk][q_dim] attention output */
+    float *hb;        /* [chunk][n_ff] silu(gate) * up */
+    float *logits;    /* [chunk][n_vocab] */
+    float *part;      /* [chunk][n_head][n_split][head_dim + 2] */
+    int *count;       /* [chunk][n_head] attention split tickets */
+    void *mvs;        /* the chunk matvecs' scratch (rl_mv_scratch_bytes) */
+    size_t chunk_max; /* tokens per exact launch at most: 16, or -b's 1/4/8 */
+    cudaGraphExec_t cgraph[3]; /* exact chunks of 4, 8, 16 tokens, captured at first use */
     uint16_t *kc, *vc;/* [n_layer][n_ctx][kv_dim] f16 */
     rl_cuda_io *io;
     int32_t *amax;
@@ -49,7 +54,7 @@ struct rl_cuda {
     float *h_logits;  /* pinned [n_vocab] */
     int32_t *h_amax;  /* pinned */
     cudaStream_t st;
-    cudaGraphExec_t graph;
+    cudaGraphExec_t graph; /* one token */
     size_t launches;
     /* --profile: a second graph with a timing event after every step (marks) */
     bool prof_on, prof_cap;
@@ -61,6 +66,19 @@ struct rl_cuda {
     int max_marks;
     rl_prof_row prow[16];
     size_t n_prow;
+    /* fast prefill (prefill_fast): cuBLAS, and buffers for chunks of pf_chunk tokens, made at
+     * the first prompt (pf*), the [chunk][n_vocab] logits only when all of them are asked for */
+    rl_gemm *gemm;    /* NULL: prompts run token by token through the graph (exact) */
+    size_t pf_chunk, pw16_elems;
+    uint8_t *parena;
+    int32_t *ptok;    /* [chunk] */
+    float *px;        /* [chunk][n_embd] residual stream */
+    float *pqkv;      /* [chunk][q_dim + 2 kv_dim] */
+    float *pgu;       /* [chunk][2 n_ff] gate | up */
+    float *plg;       /* [chunk][n_vocab] (all-logits calls) */
+    __half *pa16;     /* [chunk][max(n_embd, q_dim, n_ff)] GEMM input */
+    __half *patt;     /* [chunk][q_dim] attention output */
+    __half *pw16;     /* [pw16_elems] one matrix group expanded to fp16 */
 };
 
 /* Ends a profiled step (a no-op outside the profile capture). */
@@ -103,7 +121,8 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_ATT_SPLIT", 32, 32, 8192, &k->att_split, e) ||
         knob("RL_CUDA_ATT_MAXSPLIT", 32, 1, 1024, &k->att_max_split, e) ||
         knob("RL_CUDA_PDL", 0, 0, 1, &k->pdl, e) || /* measured slower: docs/PERF.md */
-        knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e))
+        knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
+        knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e)) /* RQ2 decoder: docs/CUDA.md */
         return -1;
     return 0;
 }
@@ -132,7 +151,7 @@ static int put_vec(rl_cuda *c, const float *src, size_t n, const float **dst, rl
 }
 
 static int put_mat(rl_cuda *c, const rl_matrix *w, rl_dmat *d, const char *what, rl_err *e) {
-    if (!rl_mv_type_ok(w->type) || w->cols % 32) /* a type the CPU gains is not run here silently */
+    if (!rl_mv_type_ok(w->type) || w->cols % (w->type == RL_RQ2 ? 64 : 32)) /* a type the CPU gains is not run here silently */
         return rl_fail(e, "CUDA: %s: type %s with %zu columns is not supported", what,
                        rl_type_name(w->type), w->cols);
     size_t qb, sb;
@@ -201,12 +220,21 @@ static int dev_alloc(void **p, size_t n, const char *what, rl_err *e) {
                    what, fr / 1e9, tot / 1e9, cudaGetErrorString(err));
 }
 
-/* ---- the forward pass of one token (enqueued once, under graph capture) ------------------------ */
+/* ---- the forward pass of ns tokens (enqueued once per ns, under graph capture) -----------------
+ * ns = 1 is decoding; ns = 4, 8, 16 an exact chunk, whose kernels compute every token's values
+ * with the one-token kernels' arithmetic (so its logits are decoding's, bit for bit). */
+
+static void mv_cols(rl_cuda *c, rl_mv_args *a, int ns, int ys) {
+    a->ns = ns;
+    a->ys = ys;
+    a->scratch = c->mvs;
+}
 
 static void mv1(rl_cuda *c, const rl_dmat *w, const float *bias, float *y, int mode, const float *x,
-                const float *norm_w, int n, int *rc) {
+                const float *norm_w, int n, int ns, int ys, int *rc) {
     rl_mv_args a;
     memset(&a, 0, sizeof a);
+    mv_cols(c, &a, ns, ys);
     a.seg[0].w = *w;
     a.seg[0].bias = bias;
     a.seg[0].y = y;
@@ -230,14 +258,15 @@ static void seg(rl_mv_seg *s, const rl_dmat *w, const float *bias, float *y, uin
     s->rope = rope;
 }
 
-static int enqueue_token(rl_cuda *c, rl_err *e) {
+static int enqueue(rl_cuda *c, int ns, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
-    int D = (int)cfg->n_embd, F = (int)cfg->n_ff, rc = 0;
+    int D = (int)cfg->n_embd, F = (int)cfg->n_ff, V = (int)cfg->n_vocab, rc = 0;
     bool pdl = c->knobs.pdl != 0;
     c->launches = 0;
     c->n_marks = 0;
     if (c->prof_cap) cudaEventRecordWithFlags(c->pev[0], c->st, cudaEventRecordExternal);
-    rl_embed_launch(&c->emb, c->io, c->x, c->st); /* the first node: a plain launch */
+    if (ns == 1) rl_embed_launch(&c->emb, c->io, c->x, c->st); /* the first node: a plain launch */
+    else rl_deq_rows_launch(&c->emb, c->io->toks, 0, ns, c->x, false, c->st); /* the same deq32 */
     c->launches++;
     mark(c, "embed", (double)c->emb.q_row + (double)c->emb.s_row);
     for (size_t l = 0; l < cfg->n_layer; l++) {
@@ -263,6 +292,7 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         a.hd = (int)cfg->head_dim;
         a.rope_dim = (int)cfg->rope_dim;
         a.fast = c->fast;
+        mv_cols(c, &a, ns, (int)c->qkv_dim);
         int k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
         if (k < 0) rc = -1;
         else c->launches += (size_t)k;
@@ -293,6 +323,8 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         t.max_split = c->knobs.att_max_split;
         t.neox = cfg->rope_neox;
         t.eps = cfg->norm_eps;
+        t.n_tok = ns;
+        t.tok_stride = (int)c->qkv_dim;
         if (!fold) {
             rl_rope_kv_launch(&t, pdl, c->st);
             c->launches++;
@@ -302,7 +334,7 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         c->launches++;
         mark(c, "attention", -1);
         /* x += Wo · att */
-        mv1(c, &L->wo, NULL, c->x, RL_MV_ADD, c->att, NULL, (int)c->q_dim, &rc);
+        mv1(c, &L->wo, NULL, c->x, RL_MV_ADD, c->att, NULL, (int)c->q_dim, ns, D, &rc);
         mark(c, "wo+residual", dmat_bytes(&L->wo));
         /* hb = silu(Wg · rmsnorm(x)) * (Wu · rmsnorm(x)): one launch */
         memset(&a, 0, sizeof a);
@@ -315,17 +347,18 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
         a.eps = cfg->norm_eps;
         a.n = D;
         a.fast = c->fast;
+        mv_cols(c, &a, ns, F);
         k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
         if (k < 0) rc = -1;
         else c->launches += (size_t)k;
         mark(c, "gate+up+silu", dmat_bytes(&L->wg) + dmat_bytes(&L->wu));
         /* x += Wd · hb */
-        mv1(c, &L->wd, NULL, c->x, RL_MV_ADD, c->hb, NULL, F, &rc);
+        mv1(c, &L->wd, NULL, c->x, RL_MV_ADD, c->hb, NULL, F, ns, D, &rc);
         mark(c, "down+residual", dmat_bytes(&L->wd));
     }
-    mv1(c, &c->out, NULL, c->logits, RL_MV_STORE, c->x, c->out_norm, D, &rc);
+    mv1(c, &c->out, NULL, c->logits, RL_MV_STORE, c->x, c->out_norm, D, ns, V, &rc);
     mark(c, "norm+lm_head", dmat_bytes(&c->out));
-    rl_argmax_launch(c->logits, (int)cfg->n_vocab, c->amax, pdl, c->st);
+    rl_argmax_launch(c->logits + (size_t)(ns - 1) * V, V, c->amax, pdl, c->st);
     c->launches++;
     mark(c, "argmax", 0);
     CK(cudaGetLastError());
@@ -333,10 +366,10 @@ static int enqueue_token(rl_cuda *c, rl_err *e) {
     return 0;
 }
 
-static int capture_into(rl_cuda *c, cudaGraphExec_t *out, rl_err *e) {
+static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, rl_err *e) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
-    int rc = enqueue_token(c, e);
+    int rc = enqueue(c, ns, e);
     cudaError_t err = cudaStreamEndCapture(c->st, &g);
     if (rc) {
         if (err == cudaSuccess) cudaGraphDestroy(g);
@@ -349,7 +382,7 @@ static int capture_into(rl_cuda *c, cudaGraphExec_t *out, rl_err *e) {
     return 0;
 }
 
-static int capture1(rl_cuda *c, rl_err *e) { return capture_into(c, &c->graph, e); }
+static int capture1(rl_cuda *c, rl_err *e) { return capture_into(c, &c->graph, 1, e); }
 
 /* With PDL first; if the driver refuses programmatic edges in a graph, again without. */
 static int capture(rl_cuda *c, rl_err *e) {
@@ -366,6 +399,8 @@ static void cuda_free(void *impl) {
     rl_cuda *c = (rl_cuda *)impl;
     if (!c) return;
     if (c->graph) cudaGraphExecDestroy(c->graph);
+    for (cudaGraphExec_t g : c->cgraph)
+        if (g) cudaGraphExecDestroy(g);
     if (c->pgraph) cudaGraphExecDestroy(c->pgraph);
     for (int i = 0; c->pev && i <= c->max_marks; i++)
         if (c->pev[i]) cudaEventDestroy(c->pev[i]);
@@ -373,6 +408,9 @@ static void cuda_free(void *impl) {
     free(c->plabel);
     free(c->pbytes);
     if (c->st) cudaStreamDestroy(c->st);
+    rl_gemm_close(c->gemm);
+    cudaFree(c->parena);
+    cudaFree(c->plg);
     cudaFree(c->warena);
     cudaFree(c->aarena);
     cudaFreeHost(c->h_io);
@@ -431,7 +469,7 @@ static int cuda_profile(void *impl, bool on, rl_err *e) {
             if (!c->pev[i]) CK(cudaEventCreate(&c->pev[i]));
         c->prof_cap = true;
         size_t launches = c->launches;
-        int rc = capture_into(c, &c->pgraph, e);
+        int rc = capture_into(c, &c->pgraph, 1, e);
         c->prof_cap = false;
         c->launches = launches;
         if (rc) return -1;
@@ -447,6 +485,160 @@ static size_t cuda_profile_rows(void *impl, rl_prof_row *rows, size_t cap) {
     return n;
 }
 
+/* ---- fast prefill -------------------------------------------------------------------------------
+ * A prompt chunk of n tokens as GEMMs: each weight group (Q|K|V, O, gate|up, down, LM head in
+ * slabs) is expanded to fp16 once per chunk and multiplied on the tensor cores with the n
+ * tokens' fp16 activations, fp32 accumulation; residuals accumulate in fp32 (beta = 1). RoPE,
+ * q/k norms and the cache write are the decode kernel's (rope_kv, over n tokens), attention is
+ * a causal prefill kernel. Quality class of decoding, not its bits (docs/CUDA.md). */
+
+static int pf_alloc(rl_cuda *c, rl_err *e) {
+    const rl_config *cfg = &c->m->cfg;
+    size_t P = c->pf_chunk, D = cfg->n_embd, F = cfg->n_ff, Q = c->q_dim, KV = c->kv_dim;
+    size_t wide = D > Q ? D : Q;
+    wide = wide > F ? wide : F;
+    size_t w = (Q + 2 * KV) * D;
+    if (2 * F * D > w) w = 2 * F * D;
+    if (D * Q > w) w = D * Q;
+    c->pw16_elems = w; /* the LM head goes through in slabs of w / n_embd rows */
+    size_t off = 0;
+    size_t o_tok = off; off = align256(off + P * 4);
+    size_t o_x = off; off = align256(off + P * D * 4);
+    size_t o_qkv = off; off = align256(off + P * (Q + 2 * KV) * 4);
+    size_t o_gu = off; off = align256(off + P * 2 * F * 4);
+    size_t o_a = off; off = align256(off + P * wide * 2);
+    size_t o_att = off; off = align256(off + P * Q * 2);
+    size_t o_w = off; off = align256(off + w * 2);
+    char what[96];
+    snprintf(what, sizeof what, "the fast prefill's buffers (chunks of %zu tokens; -b sets it)", P);
+    if (dev_alloc((void **)&c->parena, off, what, e)) return -1;
+    c->ptok = (int32_t *)(c->parena + o_tok);
+    c->px = (float *)(c->parena + o_x);
+    c->pqkv = (float *)(c->parena + o_qkv);
+    c->pgu = (float *)(c->parena + o_gu);
+    c->pa16 = (__half *)(c->parena + o_a);
+    c->patt = (__half *)(c->parena + o_att);
+    c->pw16 = (__half *)(c->parena + o_w);
+    return 0;
+}
+
+/* Launch-status checks of the prefill: a kernel or GEMM that fails names itself. */
+#define PK(call, what)                                                                          \
+    do {                                                                                        \
+        int st_ = (call);                                                                       \
+        if (st_) return rl_fail(e, "CUDA: fast prefill: %s failed (status %d: %s)", what, st_,  \
+                                cudaGetErrorString(cudaGetLastError()));                       \
+    } while (0)
+
+static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
+    const rl_config *cfg = &c->m->cfg;
+    const int D = (int)cfg->n_embd, F = (int)cfg->n_ff, Q = (int)c->q_dim, KV = (int)c->kv_dim;
+    const int N = (int)n, NQKV = Q + 2 * KV;
+    cudaStream_t st = c->st;
+    PK(rl_deq_rows_launch(&c->emb, c->ptok, 0, N, c->px, false, st), "embedding");
+    for (size_t l = 0; l < cfg->n_layer; l++) {
+        const dlayer *L = &c->lay[l];
+        PK(rl_rmsnorm_f16_launch(c->px, D, N, L->attn_norm, cfg->norm_eps, c->pa16, D, st), "attn_norm");
+        PK(rl_deq_rows_launch(&L->wq, NULL, 0, Q, c->pw16, true, st), "wq expansion");
+        PK(rl_deq_rows_launch(&L->wk, NULL, 0, KV, c->pw16 + (size_t)Q * D, true, st), "wk expansion");
+        PK(rl_deq_rows_launch(&L->wv, NULL, 0, KV, c->pw16 + (size_t)(Q + KV) * D, true, st), "wv expansion");
+        PK(rl_gemm_f16(c->gemm, c->pw16, NQKV, D, c->pa16, D, N, c->pqkv, NQKV, 0.0f), "QKV GEMM");
+        rl_att_args t;
+        memset(&t, 0, sizeof t);
+        t.q = c->pqkv;
+        t.k = c->pqkv + Q;
+        t.v = c->pqkv + Q + KV;
+        t.kc = c->kc + l * c->n_ctx * c->kv_dim;
+        t.vc = c->vc + l * c->n_ctx * c->kv_dim;
+        t.q_norm = L->q_norm;
+        t.k_norm = L->k_norm;
+        t.inv_freq = c->inv_freq;
+        t.n_head = (int)cfg->n_head;
+        t.n_head_kv = (int)cfg->n_head_kv;
+        t.hd = (int)cfg->head_dim;
+        t.rope_dim = (int)cfg->rope_dim;
+        t.n_ctx = (int)c->n_ctx;
+        t.neox = cfg->rope_neox;
+        t.eps = cfg->norm_eps;
+        t.n_tok = N;
+        t.tok_stride = NQKV;
+        t.pos0 = (int)pos0;
+        t.bq = L->bq;
+        t.bk = L->bk;
+        t.bv = L->bv;
+        rl_rope_kv_launch(&t, false, st);
+        PK((int)cudaGetLastError(), "rope + KV write");
+        PK(rl_attention_prefill_launch(&t, c->patt, st), "attention");
+        PK(rl_deq_rows_launch(&L->wo, NULL, 0, D, c->pw16, true, st), "wo expansion");
+        PK(rl_gemm_f16(c->gemm, c->pw16, D, Q, c->patt, Q, N, c->px, D, 1.0f), "wo GEMM");
+        PK(rl_rmsnorm_f16_launch(c->px, D, N, L->ffn_norm, cfg->norm_eps, c->pa16, D, st), "ffn_norm");
+        PK(rl_deq_rows_launch(&L->wg, NULL, 0, F, c->pw16, true, st), "gate expansion");
+        PK(rl_deq_rows_launch(&L->wu, NULL, 0, F, c->pw16 + (size_t)F * D, true, st), "up expansion");
+        PK(rl_gemm_f16(c->gemm, c->pw16, 2 * F, D, c->pa16, D, N, c->pgu, 2 * F, 0.0f), "gate|up GEMM");
+        PK(rl_silu_mul_f16_launch(c->pgu, F, N, c->pa16, st), "SwiGLU");
+        PK(rl_deq_rows_launch(&L->wd, NULL, 0, D, c->pw16, true, st), "down expansion");
+        PK(rl_gemm_f16(c->gemm, c->pw16, D, F, c->pa16, F, N, c->px, D, 1.0f), "down GEMM");
+    }
+    return 0;
+}
+
+/* Logits of every token of the chunk: final norm, LM head GEMM in row slabs. */
+static int pf_all_logits(rl_cuda *c, size_t n, float *logits, rl_err *e) {
+    const rl_config *cfg = &c->m->cfg;
+    const int D = (int)cfg->n_embd, V = (int)cfg->n_vocab, N = (int)n;
+    if (!c->plg) {
+        char what[96];
+        snprintf(what, sizeof what, "the logits of %zu-token prefill chunks", c->pf_chunk);
+        if (dev_alloc((void **)&c->plg, c->pf_chunk * (size_t)V * 4, what, e)) return -1;
+    }
+    PK(rl_rmsnorm_f16_launch(c->px, D, N, c->out_norm, cfg->norm_eps, c->pa16, D, c->st), "output_norm");
+    int slab = (int)(c->pw16_elems / (size_t)D);
+    for (int v0 = 0; v0 < V; v0 += slab) {
+        int rows = V - v0 < slab ? V - v0 : slab;
+        PK(rl_deq_rows_launch(&c->out, NULL, v0, rows, c->pw16, true, c->st), "LM head expansion");
+        PK(rl_gemm_f16(c->gemm, c->pw16, rows, D, c->pa16, D, N, c->plg + v0, V, 0.0f), "LM head GEMM");
+    }
+    rl_argmax_launch(c->plg + (size_t)(N - 1) * V, V, c->amax, false, c->st);
+    CK(cudaMemcpyAsync(c->h_amax, c->amax, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
+    /* on the backend's stream (a plain cudaMemcpy would not wait for it: it is non-blocking) */
+    CK(cudaMemcpyAsync(logits, c->plg, n * (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, c->st));
+    CK(cudaStreamSynchronize(c->st));
+    return 0;
+}
+
+static int prefill_fast(rl_cuda *c, const int32_t *tokens, size_t S, size_t pos, float *logits,
+                        bool all_logits, rl_err *e) {
+    const rl_config *cfg = &c->m->cfg;
+    size_t nv = cfg->n_vocab;
+    if (!c->parena && pf_alloc(c, e)) return -1;
+    for (size_t s0 = 0; s0 < S; s0 += c->pf_chunk) {
+        size_t n = S - s0 < c->pf_chunk ? S - s0 : c->pf_chunk;
+        /* stream-ordered: the previous chunk's embedding may not have read ptok yet */
+        CK(cudaMemcpyAsync(c->ptok, tokens + s0, n * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
+        if (pf_chunk_run(c, n, pos + s0, e)) return -1;
+        if (logits && all_logits) {
+            if (pf_all_logits(c, n, logits + s0 * nv, e)) return -1;
+        } else if (s0 + n == S) { /* the last token's logits: decoding's final norm + LM head */
+            size_t launches = c->launches;
+            int rc = 0;
+            mv1(c, &c->out, NULL, c->logits, RL_MV_STORE, c->px + (n - 1) * cfg->n_embd, c->out_norm,
+                (int)cfg->n_embd, 1, 0, &rc);
+            c->launches = launches;
+            if (rc) return rl_fail(e, "CUDA: fast prefill: LM head launch failed");
+            rl_argmax_launch(c->logits, (int)nv, c->amax, false, c->st);
+            CK(cudaMemcpyAsync(c->h_amax, c->amax, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
+            if (logits) {
+                CK(cudaMemcpyAsync(c->h_logits, c->logits, nv * sizeof(float), cudaMemcpyDeviceToHost, c->st));
+                CK(cudaStreamSynchronize(c->st));
+                memcpy(logits, c->h_logits, nv * sizeof(float));
+            }
+        }
+    }
+    CK(cudaStreamSynchronize(c->st));
+    CK(cudaGetLastError());
+    return 0;
+}
+
 static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos, float *logits,
                         bool all_logits, rl_err *e) {
     rl_cuda *c = (rl_cuda *)impl;
@@ -458,21 +650,41 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
     for (size_t i = 0; i < S; i++)
         if (tokens[i] < 0 || (size_t)tokens[i] >= nv)
             return rl_fail(e, "token id %d at index %zu is out of range [0, %zu)", tokens[i], i, nv);
+    if (S > 1 && c->gemm && !c->prof_on) return prefill_fast(c, tokens, S, pos, logits, all_logits, e);
     if (!c->graph && capture(c, e)) return -1;
-    for (size_t s = 0; s < S; s++) {
+    /* exact: chunks of 16, 8, 4 tokens (as -b allows), the rest one by one; every size gives
+     * decoding's bits */
+    for (size_t s = 0; s < S;) {
+        size_t ns = 1;
+        int gi = -1;
+        for (int i = 2; i >= 0 && !c->prof_on; i--)
+            if (((size_t)4 << i) <= c->chunk_max && S - s >= ((size_t)4 << i)) {
+                ns = (size_t)4 << i;
+                gi = i;
+                break;
+            }
+        if (gi >= 0 && !c->cgraph[gi]) {
+            size_t launches = c->launches; /* the report keeps the one-token count */
+            int rc = capture_into(c, &c->cgraph[gi], (int)ns, e);
+            c->launches = launches;
+            if (rc) return -1;
+        }
         rl_cuda_io *h = &c->h_io[pos + s];
         h->tok = tokens[s];
         h->pos = (int32_t)(pos + s);
+        for (size_t i = 0; i < ns; i++) h->toks[i] = tokens[s + i];
         CK(cudaMemcpyAsync(c->io, h, sizeof *h, cudaMemcpyHostToDevice, c->st));
-        CK(cudaGraphLaunch(c->prof_on ? c->pgraph : c->graph, c->st));
+        CK(cudaGraphLaunch(gi >= 0 ? c->cgraph[gi] : c->prof_on ? c->pgraph : c->graph, c->st));
         if (c->prof_on && prof_collect(c, pos + s, e)) return -1;
-        bool want = logits && (all_logits || s == S - 1);
-        if (want) {
-            CK(cudaMemcpyAsync(c->h_logits, c->logits, nv * sizeof(float), cudaMemcpyDeviceToHost, c->st));
+        if (logits && (all_logits || s + ns == S)) {
+            size_t first = all_logits ? 0 : ns - 1, rows = ns - first; /* every row, or the last */
+            CK(cudaMemcpyAsync(c->h_logits, c->logits + first * nv, rows * nv * sizeof(float),
+                               cudaMemcpyDeviceToHost, c->st));
             CK(cudaMemcpyAsync(c->h_amax, c->amax, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
             CK(cudaStreamSynchronize(c->st));
-            memcpy(logits + (all_logits ? s * nv : 0), c->h_logits, nv * sizeof(float));
+            memcpy(logits + (all_logits ? s * nv : 0), c->h_logits, rows * nv * sizeof(float));
         }
+        s += ns;
     }
     /* also makes every queued read of h_io complete before the caller reuses positions */
     CK(cudaStreamSynchronize(c->st));
@@ -525,8 +737,7 @@ extern "C" bool rl_cuda_device_present(void) {
     return n > 0;
 }
 
-static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, char *name,
-                     size_t name_cap, rl_err *e) {
+static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl_backend *b, rl_err *e) {
     const rl_config *cfg = &m->cfg;
     c->m = m;
     c->fast = !o->exact;
@@ -589,17 +800,17 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     free(inv);
     if (rc) return -1;
 
-    size_t kv_elems = cfg->n_layer * c->n_ctx * c->kv_dim, off = 0;
-    size_t o_x = off; off = align256(off + cfg->n_embd * 4);
-    size_t o_q = off; off = align256(off + c->q_dim * 4);
-    size_t o_k = off; off = align256(off + c->kv_dim * 4);
-    size_t o_v = off; off = align256(off + c->kv_dim * 4);
-    size_t o_att = off; off = align256(off + c->q_dim * 4);
-    size_t o_hb = off; off = align256(off + cfg->n_ff * 4);
-    size_t o_lg = off; off = align256(off + cfg->n_vocab * 4);
-    size_t o_part = off; off = align256(off + cfg->n_head * (size_t)c->n_split * (cfg->head_dim + 2) * 4);
+    size_t kv_elems = cfg->n_layer * c->n_ctx * c->kv_dim, off = 0, T = RL_CHUNK_MAX;
+    c->qkv_dim = c->q_dim + 2 * c->kv_dim;
+    size_t o_x = off; off = align256(off + T * cfg->n_embd * 4);
+    size_t o_q = off; off = align256(off + T * c->qkv_dim * 4);
+    size_t o_att = off; off = align256(off + T * c->q_dim * 4);
+    size_t o_hb = off; off = align256(off + T * cfg->n_ff * 4);
+    size_t o_lg = off; off = align256(off + T * cfg->n_vocab * 4);
+    size_t o_part = off; off = align256(off + T * cfg->n_head * (size_t)c->n_split * (cfg->head_dim + 2) * 4);
     size_t o_io = off; off = align256(off + sizeof(rl_cuda_io));
-    size_t o_cnt = off; off = align256(off + cfg->n_head * sizeof(int));
+    size_t o_cnt = off; off = align256(off + T * cfg->n_head * sizeof(int));
+    size_t o_mvs = off; off = align256(off + rl_mv_scratch_bytes((int)c->max_n, (int)T));
     size_t o_am = off; off = align256(off + sizeof(int32_t));
     size_t o_kc = off; off = align256(off + kv_elems * 2);
     size_t o_vc = off; off = align256(off + kv_elems * 2);
@@ -610,8 +821,9 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     CK(cudaMemset(c->aarena, 0, c->abytes));
     c->x = (float *)(c->aarena + o_x);
     c->q = (float *)(c->aarena + o_q);
-    c->k = (float *)(c->aarena + o_k);
-    c->v = (float *)(c->aarena + o_v);
+    c->k = c->q + c->q_dim;
+    c->v = c->k + c->kv_dim;
+    c->mvs = c->aarena + o_mvs;
     c->att = (float *)(c->aarena + o_att);
     c->hb = (float *)(c->aarena + o_hb);
     c->logits = (float *)(c->aarena + o_lg);
@@ -622,21 +834,43 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, ch
     c->kc = (uint16_t *)(c->aarena + o_kc);
     c->vc = (uint16_t *)(c->aarena + o_vc);
     CK(cudaMallocHost((void **)&c->h_io, c->n_ctx * sizeof(rl_cuda_io)));
-    CK(cudaMallocHost((void **)&c->h_logits, cfg->n_vocab * sizeof(float)));
+    CK(cudaMallocHost((void **)&c->h_logits, T * cfg->n_vocab * sizeof(float)));
     CK(cudaMallocHost((void **)&c->h_amax, sizeof(int32_t)));
     CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
     if (capture(c, e)) return -1;
-    snprintf(name, name_cap, "cuda %.60s, graph of %zu launches/token%s", p.name, c->launches,
+    snprintf(b->name, sizeof b->name, "cuda %.60s, graph of %zu launches/token%s", p.name, c->launches,
              c->knobs.pdl ? ", PDL" : "");
+    /* prompts: fast unless asked for exact (or --exact); without cuBLAS an explicit
+     * --prefill fast is an error, the default falls back to exact and says why */
+    int pm = o->prefill == RL_PREFILL_AUTO ? (o->exact ? RL_PREFILL_EXACT : RL_PREFILL_FAST) : o->prefill;
+    c->pf_chunk = o->max_batch ? o->max_batch : 512;
+    c->chunk_max = o->max_batch ? (o->max_batch >= 16 ? 16 : o->max_batch >= 8 ? 8 : o->max_batch >= 4 ? 4 : 1) : 16;
+    char exact_desc[128];
+    snprintf(exact_desc, sizeof exact_desc, "exact: chunks of up to %zu tokens per launch, bit-identical "
+             "to decoding", c->chunk_max);
+    char why[200] = "";
+    if (pm == RL_PREFILL_FAST && cfg->head_dim > 256)
+        snprintf(why, sizeof why, "head_dim %zu > 256, the prefill attention's limit", cfg->head_dim);
+    else if (pm == RL_PREFILL_FAST)
+        rl_gemm_open(&c->gemm, c->st, why, sizeof why);
+    if (pm == RL_PREFILL_FAST && !c->gemm) {
+        if (o->prefill == RL_PREFILL_FAST) return rl_fail(e, "CUDA: --prefill fast is unavailable: %s", why);
+        snprintf(b->prefill, sizeof b->prefill, "%s (fast prefill unavailable: %.80s)", exact_desc, why);
+    } else if (c->gemm) {
+        snprintf(b->prefill, sizeof b->prefill, "fast: fp16 tensor-core GEMMs (cuBLAS) in chunks of "
+                 "%zu tokens, fp32 accumulation; not bit-identical to decoding", c->pf_chunk);
+    } else {
+        snprintf(b->prefill, sizeof b->prefill, "%s", exact_desc);
+    }
     return 0;
 }
 
 extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e) {
     rl_cuda *c = (rl_cuda *)calloc(1, sizeof *c);
     if (!c) return rl_fail(e, "out of memory");
-    if (open_impl(c, m, o, b->name, sizeof b->name, e)) {
+    if (open_impl(c, m, o, b, e)) {
         cuda_free(c);
-        memset(b->name, 0, sizeof b->name);
+        memset(b, 0, sizeof *b);
         return -1;
     }
     b->ops = &k_cuda_ops;

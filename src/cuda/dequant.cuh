@@ -124,6 +124,21 @@ __device__ __forceinline__ void deq_q6_k(const uint8_t *w, const uint8_t *s, int
     }
 }
 
+/* RQ2, repacked: a code plane (16 bytes per 64-value block; weight j of a block at byte j/4,
+ * bits 2*(j%4)) and a plane of (d, m) fp16 pairs, 4 bytes per block. Chunk c is half c%2 of
+ * block c/2: its 8 code bytes are one aligned 8-byte load. value = d*code + m, the product
+ * rounded before the add as in the C reference (deq_rq2 in src/quant.c). */
+__device__ __forceinline__ void deq_rq2(const uint8_t *w, const uint8_t *s, int c, float *v) {
+    uint2 t = __ldg((const uint2 *)(w + (size_t)c * 8));
+    uint32_t dm = __ldg((const unsigned int *)s + c / 2);
+    float d = h2f((uint16_t)(dm & 0xffff)), m = h2f((uint16_t)(dm >> 16));
+#pragma unroll
+    for (int j = 0; j < 32; j++) {
+        uint32_t u = j < 16 ? t.x : t.y;
+        v[j] = __fadd_rn(__fmul_rn(d, (float)((u >> (2 * (j % 16))) & 3)), m);
+    }
+}
+
 template <int T>
 __device__ __forceinline__ void deq32(const uint8_t *w, const uint8_t *s, int c, float *v) {
     if (T == RL_F32) deq_f32(w, s, c, v);
@@ -133,7 +148,8 @@ __device__ __forceinline__ void deq32(const uint8_t *w, const uint8_t *s, int c,
     else if (T == RL_Q8_0) deq_q8_0(w, s, c, v);
     else if (T == RL_Q4_K) deq_qk45<false>(w, s, c, v);
     else if (T == RL_Q5_K) deq_qk45<true>(w, s, c, v);
-    else deq_q6_k(w, s, c, v);
+    else if (T == RL_Q6_K) deq_q6_k(w, s, c, v);
+    else deq_rq2(w, s, c, v);
 }
 
 #endif

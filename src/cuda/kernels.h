@@ -5,6 +5,7 @@
 #ifndef RL_CUDA_KERNELS_H
 #define RL_CUDA_KERNELS_H
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,10 +44,15 @@ static inline int rl_launch(void (*f)(P...), dim3 grid, dim3 block, size_t smem,
     return (int)cudaLaunchKernelEx(&cfg, f, args...);
 }
 
-/* Per-token inputs in device memory: written by one 8-byte copy before each graph launch. */
+/* Tokens per launch of the exact chunked prefill: 1 (decoding), 4, 8 or 16. */
+#define RL_CHUNK_MAX 16
+
+/* Per-token inputs in device memory: written by one small copy before each graph launch. An
+ * exact chunk of S tokens has them at positions pos .. pos + S - 1, ids toks[0 .. S). */
 struct rl_cuda_io {
-    int32_t tok;
+    int32_t tok; /* == toks[0] */
     int32_t pos;
+    int32_t toks[RL_CHUNK_MAX];
 };
 
 /* ---- weights ----------------------------------------------------------------------------- */
@@ -54,12 +60,14 @@ struct rl_cuda_io {
 /* A weight matrix in the device arena. Q4_0 and Q8_0 are repacked at upload into a quant plane
  * (rows x n/2 or n bytes, every 32-element block's quants 16-byte aligned) and a scale plane
  * (rows x n/32 fp16); Q6_K into a plane of 208-byte blocks (ql, qh, sub-scales: 16-byte
- * aligned) and a plane of its fp16 d (rows x n/256); every other type keeps its GGUF
+ * aligned) and a plane of its fp16 d (rows x n/256); RQ2 into a code plane (rows x n/4 bytes:
+ * every 64-element block's 16 code bytes, as in the file, 16-byte aligned) and a plane of its
+ * (d, m) fp16 pairs (rows x n/64 x 4 bytes, d first); every other type keeps its GGUF
  * row-major block layout (scale unused). Same total bytes as the file. */
 struct rl_dmat {
     uint32_t type;
     const uint8_t *q;   /* quants / raw rows, row r at q + r * q_row */
-    const uint8_t *s;   /* fp16 scales (Q4_0, Q8_0), row r at s + r * s_row; else NULL */
+    const uint8_t *s;   /* fp16 scales (Q4_0, Q8_0, Q6_K; RQ2 (d, m)), row r at s + r * s_row; else NULL */
     size_t q_row, s_row;
     int rows, cols;
 };
@@ -103,6 +111,12 @@ struct rl_mv_args {
     const rl_cuda_io *io;  /* the position (also for y16) */
     int hd, rope_dim;
     bool fast;             /* 8-bit activations for the types that have them (rl_mv_q8) */
+    /* an exact chunk of ns tokens (1 = decoding): column s reads x + s * n and writes segment
+     * rows at y + s * ys (and y16 row io->pos + s); every column's sums are the one-column
+     * kernel's, op for op. ns > 1 needs scratch (rl_mv_scratch_bytes). */
+    int ns;
+    int ys;
+    void *scratch;
 };
 
 /* Tile knobs (rl_cuda_knobs, read once from the environment). */
@@ -115,6 +129,8 @@ struct rl_cuda_knobs {
                             splits past att_split * att_max_split positions */
     int pdl;             /* programmatic dependent launch (RL_CUDA_PDL, default 0; sm_90 only) */
     int rope_fold;       /* RoPE + KV write in the QKV epilogue (RL_CUDA_ROPE_FOLD, default 1) */
+    int rq2_lut;         /* RQ2 matvec code decoder (RL_CUDA_RQ2_LUT): 0 shifts (default), 1 the
+                            256-entry byte -> 4 codes table in shared memory */
 };
 
 /* Launches one matvec (or one per segment when their types differ, or gate then up when the
@@ -127,6 +143,8 @@ size_t rl_mv_smem(int n, bool q8);
 bool rl_mv_type_ok(uint32_t type);
 /* Whether the type's matvec has the 8-bit-activation path (the CPU's fast path). */
 bool rl_mv_q8(uint32_t type);
+/* Scratch an ns-column launch over n inputs needs (the normalised and 8-bit inputs). */
+size_t rl_mv_scratch_bytes(int n, int ns);
 /* Raises the matvec kernel's dynamic shared-memory limit to cover n values; cudaError_t. */
 int rl_mv_prepare(int max_n);
 
@@ -149,13 +167,47 @@ struct rl_att_args {
     int max_split; /* splits active at most (knob): the split widens past max_split * split */
     bool neox;
     float eps;
+    /* several tokens (the fast prefill; decoding: n_tok 1, io set): */
+    int n_tok;             /* tokens: grid y of rope_kv, queries of the prefill attention */
+    int tok_stride;        /* floats from one token's q (k, v) to the next's */
+    int pos0;              /* position of the first token when io is NULL */
+    const float *bq, *bk, *bv; /* biases rope_kv adds first (prefill), or NULL */
 };
 
 /* q/k norm, RoPE, and the f16 write of k and v at io->pos (one launch). */
 void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
 /* Split-K flash decode over positions [0, pos]; the last split of each head to finish merges
- * the partials in split order (one launch). */
+ * the partials in split order (one launch). With n_tok > 1 (an exact chunk), token z attends
+ * over [0, pos + z] with its own q (tok_stride apart), output (q_dim apart), partials and
+ * tickets: each token's arithmetic is exactly the one-token launch's. */
 void rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
+
+/* Causal attention of a.n_tok queries at positions a.pos0.. (roped q at a.tok_stride apart)
+ * over the cache; out: [n_tok][n_head * hd] fp16, the next GEMM's input. hd <= 256 (else
+ * cudaErrorInvalidValue); returns cudaError_t. */
+int rl_attention_prefill_launch(const rl_att_args *a, __half *out, cudaStream_t st);
+
+/* ---- fast prefill (prefill.cu, gemm.cu) ------------------------------------------------------ */
+
+/* Rows of m dequantised: out row i = row (ids ? ids[i] : r0 + i), n rows, fp16 (f16 set) or
+ * fp32, m.cols values each. cudaError_t. */
+int rl_deq_rows_launch(const rl_dmat *m, const int32_t *ids, int r0, int n, void *out, bool f16,
+                       cudaStream_t st);
+/* out[t] = fp16(w * (x[t] * r_t)) for n_tok rows of n values (x rows n apart, out rows ldo
+ * apart), with decoding's RMSNorm arithmetic. */
+int rl_rmsnorm_f16_launch(const float *x, int n, int n_tok, const float *w, float eps, __half *out,
+                          int ldo, cudaStream_t st);
+/* out[t][i] = fp16(silu(gu[t][i]) * gu[t][F + i]) for n_tok rows. */
+int rl_silu_mul_f16_launch(const float *gu, int F, int n_tok, __half *out, cudaStream_t st);
+
+/* cuBLAS, loaded at run time (gemm.cu). rl_gemm_open: 0, or -1 with the reason in why. */
+struct rl_gemm;
+int rl_gemm_open(rl_gemm **g, cudaStream_t st, char *why, size_t why_cap);
+void rl_gemm_close(rl_gemm *g);
+/* Row-major C[t][r] = beta * C[t][r] + sum_k A[t][k] * W[r][k], t < n_tok, r < rows; fp16
+ * inputs, fp32 accumulation and output. 0, or the cuBLAS status. */
+int rl_gemm_f16(rl_gemm *g, const __half *W, int rows, int k, const __half *A, int lda, int n_tok,
+                float *C, int ldc, float beta);
 
 /* ---- small kernels ----------------------------------------------------------------------- */
 

@@ -4,7 +4,9 @@
  * v2.1: Q4_0 and Q8_0 also have the CPU's 8-bit-activation path (default, off with --exact):
  * the prologue rounds the staged input to int8 blocks and the chunk dots are dp4a, ~1/4 of the
  * instructions per weight of the fp32 path. (A v3 with one block per 8 rows and the rounding
- * done once by the producer's last block was slower: docs/PERF.md.)
+ * done once by the producer's last block was slower: docs/PERF.md.) RQ2 (rawloop's 2-bit type)
+ * has both paths; its lanes own whole 64-value blocks and it has two code decoders (section
+ * RQ2 below; docs/CUDA.md, "RQ2 on the GPU").
  *
  * Design (v2): one kernel instantiation per weight type (v1 had one kernel for all eight
  * types at 116 registers, so 16 warps/SM; Q4_0/F16/BF16 now fit 64 registers, 32 warps/SM).
@@ -32,7 +34,9 @@ __host__ __device__ inline size_t xs_f32_bytes(int n) { return ((size_t)XPAD(n) 
 
 /* ---- device layout ---------------------------------------------------------------------- */
 
-bool rl_dmat_repacked(uint32_t type) { return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_Q6_K; }
+bool rl_dmat_repacked(uint32_t type) {
+    return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_Q6_K || type == RL_RQ2;
+}
 
 void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, size_t *q_bytes,
                    size_t *s_bytes) {
@@ -45,6 +49,9 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
     } else if (type == RL_Q6_K) { /* 208 bytes of quants and sub-scales per 256, fp16 d apart */
         *q_bytes = rows * (cols / 256) * 208;
         *s_bytes = rows * (cols / 256) * 2;
+    } else if (type == RL_RQ2) { /* 16 code bytes per 64, the (d, m) fp16 pair apart */
+        *q_bytes = rows * (cols / 4);
+        *s_bytes = rows * (cols / 64) * 4;
     } else {
         *q_bytes = rows * row_bytes;
         *s_bytes = 0;
@@ -52,16 +59,18 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
 }
 
 /* Q4_0 / Q8_0: [fp16 d][quants] blocks -> quants plane + d plane. Q6_K: [ql qh scales][fp16 d]
- * 210-byte blocks (only 2-byte aligned) -> 208-byte (16-byte aligned) plane + d plane. */
+ * 210-byte blocks (only 2-byte aligned) -> 208-byte (16-byte aligned) plane + d plane. RQ2:
+ * [codes][fp16 d][fp16 m] 20-byte blocks (4-byte aligned) -> 16-byte code plane + (d, m) plane. */
 void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols, size_t row_bytes,
                     uint8_t *q, uint8_t *s) {
-    if (type == RL_Q6_K) {
-        size_t nb = cols / 256;
+    if (type == RL_Q6_K || type == RL_RQ2) {
+        const size_t bs = type == RL_Q6_K ? 210 : 20, qb = type == RL_Q6_K ? 208 : 16,
+                     sb = bs - qb, nb = cols / (type == RL_Q6_K ? 256 : 64);
         for (size_t r = 0; r < rows; r++)
             for (size_t b = 0; b < nb; b++) {
-                const uint8_t *blk = src + r * row_bytes + b * 210;
-                memcpy(q + (r * nb + b) * 208, blk, 208);
-                memcpy(s + (r * nb + b) * 2, blk + 208, 2);
+                const uint8_t *blk = src + r * row_bytes + b * bs;
+                memcpy(q + (r * nb + b) * qb, blk, qb);
+                memcpy(s + (r * nb + b) * sb, blk + qb, sb);
             }
         return;
     }
@@ -147,13 +156,16 @@ __device__ __forceinline__ float chunk_dot(const uint8_t *w, const uint8_t *s, i
 
 /* ---- the matvec kernel (one instantiation per weight type) ------------------------------ */
 
-/* Per type: NV 16-byte loads per 32-value chunk (0: the K-quants, which load inside chunk_dot),
- * and U chunks per lane loaded before any is used. A warp works on two rows at once, so a lane
- * has 2 * U * NV loads in flight (Q4_0 8 + 8 scale loads, Q8_0 8, F16/BF16 8, F32 16). */
+/* Per type: CW values per lane unit (a "chunk" of the loops below: 32, except RQ2's whole
+ * 64-value block), NV 16-byte loads per unit (0: the K-quants, which load inside chunk_dot),
+ * and U units per lane loaded before any is used. A warp works on two rows at once, so a lane
+ * has 2 * U * NV loads in flight (Q4_0 4 + 4 scale loads, Q8_0 8, F16/BF16 8, F32 16, RQ2
+ * 4 + 4 (d, m) loads). */
 template <int T> struct mv_tr {
-    static constexpr int NV = T == RL_Q4_0 ? 1 : T == RL_Q8_0 ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
-    static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0) ? 2 : 1;
-    static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : T == RL_Q8_0 ? 3 : 2;
+    static constexpr int CW = T == RL_RQ2 ? 64 : 32;
+    static constexpr int NV = (T == RL_Q4_0 || T == RL_RQ2) ? 1 : T == RL_Q8_0 ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
+    static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_RQ2) ? 2 : 1;
+    static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : (T == RL_Q8_0 || T == RL_RQ2) ? 3 : 2;
 };
 
 /* Types whose matvec has the 8-bit-activation path (the CPU's fast path, src/quant.h): the
@@ -162,12 +174,12 @@ template <int T> struct mv_tr {
  * scales, so a chunk's term is the CPU's bit for bit; only the order the terms are summed
  * differs. */
 __host__ __device__ constexpr bool q8_ok(int T) {
-    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_Q4_K || T == RL_Q5_K || T == RL_Q6_K;
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_Q4_K || T == RL_Q5_K || T == RL_Q6_K || T == RL_RQ2;
 }
 
 template <int T> struct raw_chunk {
     uint4 v[mv_tr<T>::NV > 0 ? mv_tr<T>::NV : 1];
-    uint32_t d; /* fp16 scale bits (Q4_0, Q8_0) */
+    uint32_t d; /* fp16 scale bits (Q4_0, Q8_0); RQ2: the (d, m) fp16 pair, d in the low half */
 };
 
 template <int T>
@@ -178,6 +190,7 @@ __device__ __forceinline__ void ld_chunk(raw_chunk<T> &r, const uint8_t *w, cons
 #pragma unroll
         for (int k = 0; k < NV; k++) r.v[k] = __ldg(p + k);
         if constexpr (T == RL_Q4_0 || T == RL_Q8_0) r.d = __ldg((const unsigned short *)s + c);
+        if constexpr (T == RL_RQ2) r.d = __ldg((const unsigned int *)s + c);
     }
 }
 
@@ -346,8 +359,123 @@ __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, i
     }
 }
 
+/* ---- RQ2 -----------------------------------------------------------------------------------
+ * A lane owns whole 64-value blocks (mv_tr CW = 64), both 32-value halves: per block and row one
+ * 16-byte load of codes and one 4-byte load of (d, m), and a warp's loads of 32 consecutive
+ * blocks are 512 and 128 contiguous bytes. With 32-value units a lane would load 8 bytes of
+ * codes and two lanes the same (d, m) pair: half-width loads, twice the load instructions per
+ * byte. U = 2 blocks per lane and row in flight: a 4096-wide row (64 blocks) is then loaded in
+ * one go, before the prologue.
+ *
+ * Two code decoders, picked by the LUT template argument (knob RL_CUDA_RQ2_LUT) so that they
+ * can be measured against each other. Both turn a code word u (4 code bytes: weights 4i + k at
+ * byte i, bits 2k) into 4 words of 4 byte-sized codes, a dp4a operand each:
+ *  - shifts (LUT false): cw[k] = (u >> 2k) & 0x03030303, codes k of the 4 bytes, i.e. weights
+ *    k, 4 + k, 8 + k, 12 + k: a transposed order, which the activations get too (quant_x8 XL 2;
+ *    src/mm.c's rq2_act does the same on the CPU). Two integer ops per 4 codes (one for k = 0).
+ *  - table (LUT true): cw[i] = lut[byte i of u], the 4 codes of byte i in weight order
+ *    (rl_rq2_lut's contents). A byte extract, an address and a shared-memory load per 4 codes.
+ * The table is in shared memory, not __constant__: the lanes of a warp look up their own code
+ * bytes, up to 32 different entries per load; the constant cache serves one address at a time
+ * (up to 32-way serialised), shared memory serves them at once up to bank conflicts (entry b
+ * is in bank b % 32). 1 KB per block, filled in the prologue (rq2_lut_entry).
+ * The fast path's integer dot does not depend on the order of its terms, and the fp32 path takes
+ * the weights in the same order with either decoder, so the two decoders give the same bits. */
+__device__ __forceinline__ uint32_t rq2_lut_entry(uint32_t b) { /* rl_rq2_lut[b], src/quant.c */
+    return (b & 3) | ((b >> 2) & 3) << 8 | ((b >> 4) & 3) << 16 | ((b >> 6) & 3) << 24;
+}
+
+template <bool LUT>
+__device__ __forceinline__ void rq2_decode(uint32_t u, const uint32_t *lut, uint32_t *cw) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if constexpr (LUT) cw[k] = lut[(u >> (8 * k)) & 0xff];
+        else cw[k] = (u >> (2 * k)) & 0x03030303u;
+    }
+}
+
+/* Byte offset of piece p (values 16p .. 16p + 15) of block b in the RQ2 activation plane:
+ * rotated by b / 2 so that the 16-byte loads of a quarter-warp (8 consecutive blocks, 64 bytes
+ * apart) hit 8 distinct bank groups; unrotated they would conflict 4-way. */
+__device__ __forceinline__ int rq2_slot(int b, int p) { return 64 * b + 16 * ((p + (b >> 1)) & 3); }
+
+/* Fast path, block b of both rows: per half h, dot = the codes . int8 inputs (dp4a), then the
+ * CPU reference's term (src/quant.c ref_fast_dot), every operation rounded as there:
+ *   (d * d_x) * (float)dot + m * s_x,   s_x = d_x * (float)sum(x)  (rl_q8a.s) */
+template <bool LUT>
+__device__ __forceinline__ void rq2_q8(const raw_chunk<RL_RQ2> *r, const int8_t *xq, const float *xd,
+                                       const int *xsum, int b, const uint32_t *lut, float *acc) {
+    const float2 dx = *(const float2 *)(xd + 2 * b);
+    const int2 sm = *(const int2 *)(xsum + 2 * b);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int dot[2] = {0, 0};
+#pragma unroll
+        for (int p = 2 * h; p < 2 * h + 2; p++) {
+            const int4 xv = *(const int4 *)(xq + rq2_slot(b, p));
+            const int xw[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t cw[4];
+                rq2_decode<LUT>(word(r[i].v[0], p), lut, cw);
+#pragma unroll
+                for (int k = 0; k < 4; k++) dot[i] = __dp4a((int)cw[k], xw[k], dot[i]);
+            }
+        }
+        const float xdh = h ? dx.y : dx.x, sx = __fmul_rn(xdh, (float)(h ? sm.y : sm.x));
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float d = h2f((uint16_t)(r[i].d & 0xffff)), m = h2f((uint16_t)(r[i].d >> 16));
+            acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(d, xdh), (float)dot[i]), __fmul_rn(m, sx));
+        }
+    }
+}
+
+/* fp32 path, block b of both rows. Value = d * code + m as deq_rq2 (dequant.cuh): the product
+ * of an fp16 d and a code 0..3 has at most 13 significant bits, so it is exact in fp32 and
+ * fmaf(d, code, m) rounds once, like the reference's rounded add: the same bits in one FFMA.
+ * The code becomes a float without I2F: the float 2^23 + code (one byte permute), minus 2^23. */
+template <bool LUT>
+__device__ __forceinline__ void rq2_f32(const raw_chunk<RL_RQ2> *r, const float *xs, int b,
+                                        const uint32_t *lut, float *acc) {
+    float d[2], m[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) d[i] = h2f((uint16_t)(r[i].d & 0xffff)), m[i] = h2f((uint16_t)(r[i].d >> 16));
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float *xc = xs + (2 * b + h) * 36;
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int pp = 0; pp < 2; pp++) {
+            float4 x4[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) x4[j] = *(const float4 *)(xc + 16 * pp + 4 * j);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t cw[4];
+                rq2_decode<LUT>(word(r[i].v[0], 2 * h + pp), lut, cw);
+#pragma unroll
+                for (int j = 0; j < 4; j++) { /* weights 4j .. 4j + 3 of the piece */
+                    float c[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) c[k] = (LUT ? mag(cw[j], k) : mag(cw[k], j)) - 8388608.0f;
+                    a0[i] = fmaf(fmaf(d[i], c[0], m[i]), x4[j].x, a0[i]);
+                    a1[i] = fmaf(fmaf(d[i], c[1], m[i]), x4[j].y, a1[i]);
+                    a0[i] = fmaf(fmaf(d[i], c[2], m[i]), x4[j].z, a0[i]);
+                    a1[i] = fmaf(fmaf(d[i], c[3], m[i]), x4[j].w, a1[i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += a0[i] + a1[i];
+    }
+}
+
 /* Rounds the staged input (xs, padded fp32) to rl_q8a planes, one thread per 32-value chunk,
- * with rl_q8a_quant_row_ref's operations (IEEE division, round-half-even). */
+ * with rl_q8a_quant_row_ref's operations (IEEE division, round-half-even). XL: the int8 plane's
+ * layout: 0 plain; RQ2's: 1 pieces rotated (rq2_slot), 2 rotated and, within each 16-value
+ * piece, transposed for the shift decoder (word k byte i = value 4i + k). */
+template <int XL>
 __device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsum) {
     for (int c = threadIdx.x; c < n / 32; c += blockDim.x) {
         const float *v = xs + c * 36;
@@ -362,14 +490,16 @@ __device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsu
             uint32_t u = 0;
 #pragma unroll
             for (int b = 0; b < 4; b++) {
-                int q = __float2int_rn(__fmul_rn(v[4 * k + b], id));
+                const int e = XL == 2 ? 16 * (k / 4) + 4 * b + k % 4 : 4 * k + b;
+                int q = __float2int_rn(__fmul_rn(v[e], id));
                 sum += q;
                 u |= (uint32_t)(q & 0xff) << (8 * b);
             }
             w[k] = u;
         }
-        *(uint4 *)(xq + c * 32) = make_uint4(w[0], w[1], w[2], w[3]);
-        *(uint4 *)(xq + c * 32 + 16) = make_uint4(w[4], w[5], w[6], w[7]);
+        const int o0 = XL ? rq2_slot(c / 2, 2 * (c % 2)) : c * 32, o1 = XL ? rq2_slot(c / 2, 2 * (c % 2) + 1) : c * 32 + 16;
+        *(uint4 *)(xq + o0) = make_uint4(w[0], w[1], w[2], w[3]);
+        *(uint4 *)(xq + o1) = make_uint4(w[4], w[5], w[6], w[7]);
         xd[c] = d;
         xsum[c] = sum;
     }
@@ -409,27 +539,77 @@ __device__ __forceinline__ mv_task mv_resolve(const rl_mv_args &a, int p, bool g
     return t;
 }
 
-__device__ __forceinline__ void mv_store(const rl_mv_args &a, const rl_mv_seg &sg, int r, float v, int pos) {
+/* Column col of an output: the cache row pos, or y + col * ys. */
+__device__ __forceinline__ void mv_store(const rl_mv_args &a, const rl_mv_seg &sg, int r, float v, int pos, int col) {
+    float *y = sg.y + (size_t)col * a.ys;
     if (sg.y16) sg.y16[(size_t)pos * sg.w.rows + r] = __half_as_ushort(__float2half_rn(v));
-    else if (a.mode == RL_MV_ADD) sg.y[r] = sg.y[r] + v;
-    else if (a.mode == RL_MV_GLU_MUL) sg.y[r] = sg.y[r] / (1.0f + expf(-sg.y[r])) * v;
-    else sg.y[r] = v;
+    else if (a.mode == RL_MV_ADD) y[r] = y[r] + v;
+    else if (a.mode == RL_MV_GLU_MUL) y[r] = y[r] / (1.0f + expf(-y[r])) * v;
+    else y[r] = v;
 }
 
-/* Blocks of nw warps, grid-stride over work items (the grid is one wave: see rl_mv_launch).
+/* The staged input of one column, in the byte layout the one-column kernel builds in shared
+ * memory (rl_mv_smem): padded fp32, then the int8 plane, scales and sums. A chunk launch has
+ * them in global memory, column s at scratch + s * col_bytes(n), written by mv_prep_kernel. */
+__host__ __device__ inline size_t col_bytes(int n) { return ((size_t)XPAD(n) * 4 + (size_t)n * 2 + 256 + 255) & ~(size_t)255; }
+
+/* RMSNorm (or a plain copy) of x, then the 8-bit planes: the one-column kernel's prologue, with
+ * the same block size, so a column's staged input is bit for bit what that kernel stages. */
+__device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float *x, double *red) {
+    const int n = a.n, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    double ss = 0;
+    for (int i = tid; i < n; i += nt) ss += (double)x[i] * (double)x[i];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    if (tid == 0) {
+        double t = 0;
+        for (int i = 0; i < nw; i++) t += red[i];
+        red[0] = t;
+    }
+    __syncthreads();
+    return 1.0f / sqrtf((float)(red[0] / (double)n) + a.eps);
+}
+
+template <int XL, bool Q8>
+__global__ void mv_prep_kernel(const rl_mv_args a) {
+    __shared__ double red[32];
+    rl_pdl_trigger();
+    rl_pdl_wait();
+    const int n = a.n, col = blockIdx.x;
+    const float *x = a.x + (size_t)col * n;
+    float *xs = (float *)((char *)a.scratch + (size_t)col * col_bytes(n));
+    float r = a.norm_w ? mv_norm_scale(a, x, red) : 1.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        xs[XPAD(i)] = a.norm_w ? __fmul_rn(a.norm_w[i], __fmul_rn(x[i], r)) : x[i];
+    if (Q8) {
+        __syncthreads(); /* also makes the block's global writes visible to the block */
+        int8_t *xq = (int8_t *)((char *)xs + xs_f32_bytes(n));
+        float *xd = (float *)(xq + n);
+        quant_x8<XL>(xs, n, xq, xd, (int *)(xd + n / 32));
+    }
+}
+
+/* NS columns (an exact chunk of NS tokens; 1 = decoding). NS = 1 stages its input in shared
+ * memory; NS > 1 reads the NS staged columns mv_prep_kernel wrote (same layout, same values)
+ * and takes each weight unit once for all NS columns, each column's sum in the one-column
+ * order: decoding's bits, one weight read per chunk instead of per token.
+ * Blocks of nw warps, grid-stride over work items (the grid is one wave: see rl_mv_launch).
  * The first item's first loads are issued before the prologue (and, under PDL, before waiting
  * for the previous kernel), so the weight latency overlaps staging x. Prologue: stage x in
  * shared memory, RMS-normalised as the CPU does (sum of squares in double, then w * (x * r)),
  * padded by 4 floats per 32 so a quarter-warp's 16-byte loads hit distinct banks. Lane l takes
  * chunks l, l + 32, ... of both rows; lane sums meet in a fixed butterfly (no atomics). */
-template <int T, bool GLU, bool Q8>
-__global__ void __launch_bounds__(256, mv_tr<T>::MINB) mv_kernel(const rl_mv_args a) {
+template <int T, bool GLU, bool Q8, bool LUT, int NS>
+__global__ void __launch_bounds__(256, NS == 1 ? mv_tr<T>::MINB : 1) mv_kernel(const rl_mv_args a) {
     constexpr int U = mv_tr<T>::U;
     extern __shared__ float xs[];
     __shared__ double red[32];
+    __shared__ uint32_t lut[LUT ? 256 : 1]; /* RQ2's table decoder */
     rl_pdl_trigger();
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
-    const int nw = nt >> 5, nch = n / 32, J = (nch + 31) / 32, G = gridDim.x * nw;
+    /* nch 32-value chunks (the activation planes), nu lane units of CW values */
+    const int nw = nt >> 5, nch = n / 32, nu = n / mv_tr<T>::CW, J = (nu + 31) / 32, G = gridDim.x * nw;
     int items = 0;
     if (GLU) items = a.seg[0].w.rows;
     else
@@ -442,49 +622,45 @@ __global__ void __launch_bounds__(256, mv_tr<T>::MINB) mv_kernel(const rl_mv_arg
 #pragma unroll
         for (int u = 0; u < U; u++) {
             int c = lane + 32 * u;
-            if (c < nch) {
+            if (c < nu) {
                 ld_chunk<T>(rw[u][0], t.w[0], t.s[0], c);
                 ld_chunk<T>(rw[u][1], t.w[1], t.s[1], c);
             }
         }
     }
     rl_pdl_wait();
-    float r = 1.0f;
-    if (a.norm_w) {
-        double ss = 0;
-        for (int i = tid; i < n; i += nt) ss += (double)a.x[i] * (double)a.x[i];
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) red[warp] = ss;
-        __syncthreads();
-        if (tid == 0) {
-            double t = 0;
-            for (int i = 0; i < nw; i++) t += red[i];
-            red[0] = t;
-        }
-        __syncthreads();
-        r = 1.0f / sqrtf((float)(red[0] / (double)n) + a.eps);
+    /* column s's staged input at xb + s * cb: shared memory (NS 1) or the prep kernel's */
+    const char *xb = (const char *)xs;
+    const size_t cb = NS == 1 ? 0 : col_bytes(n);
+    if constexpr (NS == 1) {
+        float r = a.norm_w ? mv_norm_scale(a, a.x, red) : 1.0f;
+        for (int i = tid; i < n; i += nt)
+            xs[XPAD(i)] = a.norm_w ? __fmul_rn(a.norm_w[i], __fmul_rn(a.x[i], r)) : a.x[i];
+    } else {
+        xb = (const char *)a.scratch;
     }
-    for (int i = tid; i < n; i += nt)
-        xs[XPAD(i)] = a.norm_w ? __fmul_rn(a.norm_w[i], __fmul_rn(a.x[i], r)) : a.x[i];
+    if constexpr (LUT)
+        for (int i = tid; i < 256; i += nt) lut[i] = rq2_lut_entry((uint32_t)i);
     __syncthreads();
-    int8_t *xq = (int8_t *)((char *)xs + xs_f32_bytes(n));
-    float *xd = (float *)(xq + n);
-    int *xsum = (int *)(xd + nch);
-    if (Q8) {
-        quant_x8(xs, n, xq, xd, xsum);
+    if (Q8 && NS == 1) {
+        int8_t *xq = (int8_t *)((char *)xs + xs_f32_bytes(n));
+        float *xd = (float *)(xq + n);
+        quant_x8<T == RL_RQ2 ? (LUT ? 1 : 2) : 0>(xs, n, xq, xd, (int *)(xd + nch));
         __syncthreads();
     }
 
     const int pos = a.io ? a.io->pos : 0;
     for (; p < items; p += G) {
         mv_task t = mv_resolve(a, p, GLU);
-        float acc[2] = {0.0f, 0.0f};
+        float acc[NS][2];
+#pragma unroll
+        for (int s = 0; s < NS; s++) acc[s][0] = acc[s][1] = 0.0f;
         for (int j0 = 0; j0 < J; j0 += U) {
             if (!pre) {
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     int c = lane + 32 * (j0 + u);
-                    if (c < nch) {
+                    if (c < nu) {
                         ld_chunk<T>(rw[u][0], t.w[0], t.s[0], c);
                         ld_chunk<T>(rw[u][1], t.w[1], t.s[1], c);
                     }
@@ -494,80 +670,109 @@ __global__ void __launch_bounds__(256, mv_tr<T>::MINB) mv_kernel(const rl_mv_arg
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 int c = lane + 32 * (j0 + u);
-                if (c >= nch) continue;
-                if constexpr (Q8) {
-                    const int4 xa = *(const int4 *)(xq + c * 32), xb = *(const int4 *)(xq + c * 32 + 16);
-                    const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+                if (c >= nu) continue;
 #pragma unroll
-                    for (int i = 0; i < 2; i++) {
-                        if constexpr (mv_tr<T>::NV > 0) acc[i] += dot_q8<T>(rw[u][i], xw, xd[c], xsum[c]);
-                        else acc[i] += kq_dot_q8<T>(t.w[i], t.s[i], c, xw, xd[c], xsum[c]);
+                for (int s = 0; s < NS; s++) {
+                    const float *xs_s = (const float *)(xb + s * cb);
+                    const int8_t *xq = (const int8_t *)((const char *)xs_s + xs_f32_bytes(n));
+                    const float *xd = (const float *)(xq + n);
+                    const int *xsum = (const int *)(xd + nch);
+                    if constexpr (T == RL_RQ2) {
+                        if constexpr (Q8) rq2_q8<LUT>(rw[u], xq, xd, xsum, c, lut, acc[s]);
+                        else rq2_f32<LUT>(rw[u], xs_s, c, lut, acc[s]);
+                    } else if constexpr (Q8) {
+                        const int4 xa = *(const int4 *)(xq + c * 32), xc = *(const int4 *)(xq + c * 32 + 16);
+                        const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
+#pragma unroll
+                        for (int i = 0; i < 2; i++) {
+                            if constexpr (mv_tr<T>::NV > 0) acc[s][i] += dot_q8<T>(rw[u][i], xw, xd[c], xsum[c]);
+                            else acc[s][i] += kq_dot_q8<T>(t.w[i], t.s[i], c, xw, xd[c], xsum[c]);
+                        }
+                    } else {
+                        dot2<T>(rw[u], xs_s + c * 36, acc[s], t.w, t.s, c);
                     }
-                } else {
-                    dot2<T>(rw[u], xs + c * 36, acc, t.w, t.s, c);
                 }
             }
         }
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int s = 0; s < NS; s++)
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) acc[s][i] += __shfl_xor_sync(0xffffffffu, acc[s][i], o);
         if (lane != 0) continue;
-        if (GLU) {
-            a.seg[0].y[p] = acc[0] / (1.0f + expf(-acc[0])) * acc[1];
-            continue;
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            if (GLU) {
+                a.seg[0].y[(size_t)s * a.ys + p] = acc[s][0] / (1.0f + expf(-acc[s][0])) * acc[s][1];
+                continue;
+            }
+            const rl_mv_seg &sg = a.seg[t.seg];
+            float va = acc[s][0], vb = acc[s][1];
+            if (sg.bias) {
+                va = va + sg.bias[t.ra];
+                if (t.rb >= 0) vb = vb + sg.bias[t.rb];
+            }
+            if (sg.rope && t.ra % a.hd < a.rope_dim) { /* the rope_kv kernel's op order (lesson 6) */
+                int d = t.ra % a.hd;
+                float th = __fmul_rn((float)(pos + s), a.inv_freq[d / 2]);
+                float cs = cosf(th), sn = sinf(th);
+                float m0 = __fmul_rn(va, cs), m1 = __fmul_rn(vb, sn), m2 = __fmul_rn(va, sn),
+                      m3 = __fmul_rn(vb, cs);
+                va = __fsub_rn(m0, m1);
+                vb = __fadd_rn(m2, m3);
+            }
+            mv_store(a, sg, t.ra, va, pos + s, s);
+            if (t.rb >= 0) mv_store(a, sg, t.rb, vb, pos + s, s);
         }
-        const rl_mv_seg &sg = a.seg[t.seg];
-        float va = acc[0], vb = acc[1];
-        if (sg.bias) {
-            va = va + sg.bias[t.ra];
-            if (t.rb >= 0) vb = vb + sg.bias[t.rb];
-        }
-        if (sg.rope && t.ra % a.hd < a.rope_dim) { /* the rope_kv kernel's op order (lesson 6) */
-            int d = t.ra % a.hd;
-            float th = __fmul_rn((float)pos, a.inv_freq[d / 2]);
-            float cs = cosf(th), sn = sinf(th);
-            float m0 = __fmul_rn(va, cs), m1 = __fmul_rn(vb, sn), m2 = __fmul_rn(va, sn),
-                  m3 = __fmul_rn(vb, cs);
-            va = __fsub_rn(m0, m1);
-            vb = __fadd_rn(m2, m3);
-        }
-        mv_store(a, sg, t.ra, va, pos);
-        if (t.rb >= 0) mv_store(a, sg, t.rb, vb, pos);
     }
 }
 
 typedef void (*mv_fn)(const rl_mv_args);
 
-template <int T> static mv_fn mv_pick(bool glu, bool q8) {
+template <int T, bool LUT, int NS> static mv_fn mv_pick_ns(bool glu, bool q8) {
     if constexpr (q8_ok(T))
-        if (q8) return glu ? mv_kernel<T, true, true> : mv_kernel<T, false, true>;
-    return glu ? mv_kernel<T, true, false> : mv_kernel<T, false, false>;
+        if (q8) return glu ? mv_kernel<T, true, true, LUT, NS> : mv_kernel<T, false, true, LUT, NS>;
+    return glu ? mv_kernel<T, true, false, LUT, NS> : mv_kernel<T, false, false, LUT, NS>;
 }
 
-static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8) {
+template <int T, bool LUT = false> static mv_fn mv_pick(bool glu, bool q8, int ns) {
+    switch (ns) {
+    case 4: return mv_pick_ns<T, LUT, 4>(glu, q8);
+    case 8: return mv_pick_ns<T, LUT, 8>(glu, q8);
+    case 16: return mv_pick_ns<T, LUT, 16>(glu, q8);
+    default: return mv_pick_ns<T, LUT, 1>(glu, q8);
+    }
+}
+
+/* lut: RQ2's code decoder (RL_CUDA_RQ2_LUT), a template argument so the inner loop has no
+ * branch on it; the other types have one kernel. */
+static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8, bool lut, int ns) {
     switch (type) {
-    case RL_F32: return mv_pick<RL_F32>(glu, q8);
-    case RL_F16: return mv_pick<RL_F16>(glu, q8);
-    case RL_BF16: return mv_pick<RL_BF16>(glu, q8);
-    case RL_Q4_0: return mv_pick<RL_Q4_0>(glu, q8);
-    case RL_Q8_0: return mv_pick<RL_Q8_0>(glu, q8);
-    case RL_Q4_K: return mv_pick<RL_Q4_K>(glu, q8);
-    case RL_Q5_K: return mv_pick<RL_Q5_K>(glu, q8);
-    default: return mv_pick<RL_Q6_K>(glu, q8);
+    case RL_RQ2: return lut ? mv_pick<RL_RQ2, true>(glu, q8, ns) : mv_pick<RL_RQ2, false>(glu, q8, ns);
+    case RL_F32: return mv_pick<RL_F32>(glu, q8, ns);
+    case RL_F16: return mv_pick<RL_F16>(glu, q8, ns);
+    case RL_BF16: return mv_pick<RL_BF16>(glu, q8, ns);
+    case RL_Q4_0: return mv_pick<RL_Q4_0>(glu, q8, ns);
+    case RL_Q8_0: return mv_pick<RL_Q8_0>(glu, q8, ns);
+    case RL_Q4_K: return mv_pick<RL_Q4_K>(glu, q8, ns);
+    case RL_Q5_K: return mv_pick<RL_Q5_K>(glu, q8, ns);
+    default: return mv_pick<RL_Q6_K>(glu, q8, ns);
     }
 }
 
 bool rl_mv_q8(uint32_t type) { return q8_ok((int)type); }
 
 /* The weight types this backend has kernels for: the one list (mv_kernel_for dispatches it). */
-static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_K, RL_Q5_K, RL_Q6_K};
+static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
 
 bool rl_mv_type_ok(uint32_t type) {
     for (uint32_t t : k_types)
         if (t == type) return true;
     return false;
 }
+
+size_t rl_mv_scratch_bytes(int n, int ns) { return (size_t)ns * col_bytes(n); }
 
 size_t rl_mv_smem(int n, bool q8) {
     return xs_f32_bytes(n) + (q8 ? (size_t)n + (size_t)(n / 32) * 8 : 0) + 16;
@@ -576,11 +781,12 @@ size_t rl_mv_smem(int n, bool q8) {
 int rl_mv_prepare(int max_n) {
     for (uint32_t t : k_types)
         for (int g = 0; g < 2; g++)
-            for (int q = 0; q < 2; q++) {
-                cudaError_t err = cudaFuncSetAttribute(mv_kernel_for(t, g, q), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                       (int)rl_mv_smem(max_n, q));
-                if (err != cudaSuccess) return (int)err;
-            }
+            for (int q = 0; q < 2; q++)
+                for (int l = 0; l < 1 + (t == RL_RQ2); l++) {
+                    cudaError_t err = cudaFuncSetAttribute(mv_kernel_for(t, g, q, l, 1), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                           (int)rl_mv_smem(max_n, q));
+                    if (err != cudaSuccess) return (int)err;
+                }
     return 0;
 }
 
@@ -593,16 +799,24 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
     if (glu) items = a->seg[0].w.rows;
     else
         for (int i = 0; i < a->nseg; i++) items += (a->seg[i].w.rows + 1) / 2;
-    bool q8 = a->fast && rl_mv_q8(a->seg[0].w.type);
-    mv_fn f = mv_kernel_for(a->seg[0].w.type, glu, q8);
-    int warps = k->mv_warps, blocks = (items + warps - 1) / warps, occ = 0;
-    size_t smem = rl_mv_smem(a->n, q8);
+    bool q8 = a->fast && rl_mv_q8(a->seg[0].w.type), lut = k->rq2_lut != 0;
+    int ns = a->ns > 1 ? a->ns : 1, warps = k->mv_warps, launches = 1;
+    if (ns != 1 && ns != 4 && ns != 8 && ns != 16) return -1;
+    mv_fn f = mv_kernel_for(a->seg[0].w.type, glu, q8, lut, ns);
+    if (ns > 1) { /* stage the columns: the one-column prologue, once per column */
+        void (*prep)(const rl_mv_args) = a->seg[0].w.type != RL_RQ2 ? (q8 ? mv_prep_kernel<0, true> : mv_prep_kernel<0, false>)
+                                         : !q8 ? mv_prep_kernel<0, false> : lut ? mv_prep_kernel<1, true> : mv_prep_kernel<2, true>;
+        if (rl_launch(prep, dim3(ns), dim3(warps * 32), 0, st, k->pdl != 0, *a)) return -1;
+        launches = 2;
+    }
+    int blocks = (items + warps - 1) / warps, occ = 0;
+    size_t smem = ns == 1 ? rl_mv_smem(a->n, q8) : 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, warps * 32, smem) != cudaSuccess || occ < 1)
         occ = 1;
     if (occ > k->mv_blocks_per_sm) occ = k->mv_blocks_per_sm;
     if (blocks > occ * n_sm) blocks = occ * n_sm;
     if (blocks < 1) blocks = 1;
-    return rl_launch(f, dim3(blocks), dim3(warps * 32), smem, st, k->pdl != 0, *a) ? -1 : 1;
+    return rl_launch(f, dim3(blocks), dim3(warps * 32), smem, st, k->pdl != 0, *a) ? -1 : launches;
 }
 
 int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
@@ -617,15 +831,16 @@ int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStre
         rl_mv_args u = g;
         u.seg[0].w = a->seg[1].w;
         u.mode = RL_MV_GLU_MUL;
-        if (mv_launch1(&g, k, n_sm, st) < 0 || mv_launch1(&u, k, n_sm, st) < 0) return -1;
-        return 2;
+        int lg = mv_launch1(&g, k, n_sm, st), lu = lg < 0 ? -1 : mv_launch1(&u, k, n_sm, st);
+        return lg < 0 || lu < 0 ? -1 : lg + lu;
     }
     for (int i = 0; i < a->nseg; i++) { /* one launch per segment */
         rl_mv_args s1 = *a;
         s1.seg[0] = a->seg[i];
         s1.nseg = 1;
-        if (mv_launch1(&s1, k, n_sm, st) < 0) return -1;
-        n++;
+        int l1 = mv_launch1(&s1, k, n_sm, st);
+        if (l1 < 0) return -1;
+        n += l1;
     }
     return n;
 }
@@ -655,7 +870,8 @@ __global__ void embed_kernel(const rl_dmat m, const rl_cuda_io *io, float *x) {
     case RL_Q8_0: embed_t<RL_Q8_0>(m, tok, x); break;
     case RL_Q4_K: embed_t<RL_Q4_K>(m, tok, x); break;
     case RL_Q5_K: embed_t<RL_Q5_K>(m, tok, x); break;
-    default: embed_t<RL_Q6_K>(m, tok, x); break;
+    case RL_Q6_K: embed_t<RL_Q6_K>(m, tok, x); break;
+    default: embed_t<RL_RQ2>(m, tok, x); break;
     }
 }
 

@@ -2,7 +2,7 @@
 # Runs on the GPU machine (tests/cuda/README in docs/CUDA.md): kernel tests, GPU-vs-CPU logits on
 # the shipped models and on random models of real shapes, greedy sequences, run-to-run bits,
 # compute-sanitizer, then tg128 speeds. Prints a short table last; logs go to $OUT (or /tmp).
-#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r s b d b7 a t p pf")
+#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r s b d b7 a t p pf fp ck")
 set -u
 B=${1:-build-cuda}
 STAGES=${2:-"k e r s b"}
@@ -18,6 +18,9 @@ say() { echo "$*" | tee -a "$LOG"; }
 row() { echo "$*" >>"$SUMMARY"; echo "$*" >>"$LOG"; }
 T0=$(date +%s)
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+# models the prefill speed rows use (override: a ;-separated list in CK_SPEEDS / PF_SPEEDS)
+IFS=';' read -r -a CK_SPEEDS <<<"${CK_SPEEDS:-tinyllama-1.1b Q4_0;llama2-7b Q4_0;llama2-7b Q4_K_M}"
+IFS=';' read -r -a PF_SPEEDS <<<"${PF_SPEEDS:-tinyllama-1.1b Q4_0;tinyllama-1.1b F16;llama2-7b Q4_0;llama2-7b F16;llama2-7b Q4_K_M}"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee -a "$LOG"
 if ! "$B/rawloop" --help >/dev/null 2>&1 && ! "$B/rawloop" help >/dev/null 2>&1; then
@@ -33,15 +36,18 @@ R="$B/rawloop"
 # them in another order, and one int8 rounding flip at a .5 boundary then cascades (the CPU's
 # own scalar and AVX2 fast paths differ by 1.3e-2 on the shipped model); the fast path is held
 # to the fast class against CPU --exact (<= 5e-2), and its distance to the CPU fast path is
-# printed. Both: argmax agreement, and two GPU runs must give the same bytes.
+# printed. MODE "pf": the fast prefill (fp16 tensor-core GEMMs over the whole id list), held to
+# the same fast-class bound. All: argmax agreement, and two GPU runs must give the same bytes.
 cmp_logits() { # name model ids [MODE]
     local name=$1 model=$2 ids=$3 mode=${4:-}
     local t=$(date +%s)
-    local tag=${mode:-fast}
+    local tag=${mode:-fast} gflags="--prefill exact"
+    [ "$mode" = "--exact" ] && gflags="--exact"
+    [ "$mode" = "pf" ] && { gflags="--prefill fast"; tag="prefill-fast"; mode=""; }
     "$R" logits --device cpu --exact -m "$model" --ids "$ids" -o /tmp/lc.bin >>"$LOG" 2>&1 || { row "| $name | logits $tag | CPU run failed | |"; return; }
     if [ -z "$mode" ]; then "$R" logits --device cpu -m "$model" --ids "$ids" -o /tmp/lcf.bin >>"$LOG" 2>&1; else cp /tmp/lc.bin /tmp/lcf.bin; fi
-    "$R" logits --device cuda $mode -m "$model" --ids "$ids" -o /tmp/lg1.bin >>"$LOG" 2>&1 || { row "| $name | logits $tag | GPU run failed | |"; return; }
-    "$R" logits --device cuda $mode -m "$model" --ids "$ids" -o /tmp/lg2.bin >>"$LOG" 2>&1
+    "$R" logits --device cuda $gflags -m "$model" --ids "$ids" -o /tmp/lg1.bin >>"$LOG" 2>&1 || { row "| $name | logits $tag | GPU run failed | FAIL |"; return; }
+    "$R" logits --device cuda $gflags -m "$model" --ids "$ids" -o /tmp/lg2.bin >>"$LOG" 2>&1
     python3 - "$name" "$ids" "$(( $(date +%s) - t ))" "$tag" >>"$SUMMARY" 2>>"$LOG" <<'EOF'
 import sys, numpy as np
 name, ids, secs, tag = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
@@ -81,7 +87,7 @@ if has k; then
     say "== kernel tests"
     "$B/test_cuda" >>"$LOG" 2>&1
     rc=$?
-    row "| - | test_cuda (8 types x shapes x modes, argmax) | $(grep 'checks' "$LOG" | tail -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+    row "| - | test_cuda (9 types x shapes x modes, argmax) | $(grep 'checks' "$LOG" | tail -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
 fi
 
 IDS_SMALL="1 450 4996 310 263 931 29892 338 263 1243 310 278 15668 1788 29889 13 1576 1023 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
@@ -209,6 +215,92 @@ if has pf; then # per-step profile (rawloop bench --profile) of the speed models
         [ -f "$f" ] || continue
         echo "### $spec" >>"$OUT/profile.md"
         "$R" bench --device cuda -m "$f" -p 0 -n 32 -r 1 --no-ceiling --profile 2>>"$LOG" >>"$OUT/profile.md"
+    done
+fi
+# The exact chunked prefill: the logits of 37 ids (or the 600-id list) through chunks of at most
+# 16, 8 or 4 tokens (-b) are the same bytes as one token per launch (-b 1), in both numerics.
+chunks() { # name model ids
+    local name=$1 model=$2 ids=$3 mode ok=1 info=""
+    for mode in "" "--exact"; do
+        "$R" logits --device cuda --prefill exact $mode -b 1 -m "$model" --ids "$ids" -o /tmp/ck1.bin >>"$LOG" 2>&1 || ok=0
+        for b in 4 8 16; do
+            "$R" logits --device cuda --prefill exact $mode -b $b -m "$model" --ids "$ids" -o /tmp/ck$b.bin >>"$LOG" 2>&1 || ok=0
+            if cmp -s /tmp/ck1.bin /tmp/ck$b.bin; then info="$info ${mode:-fast}/S$b=";
+            else ok=0; info="$info ${mode:-fast}/S$b:DIFFERENT"; fi
+        done
+    done
+    row "| $name | exact chunks S=4/8/16 vs S=1, $(echo "$ids" | wc -w) ids |$info | $([ $ok = 1 ] && echo PASS || echo FAIL) |"
+}
+if has ck; then
+    say "== exact chunked prefill"
+    IDS_37=$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(37)))")
+    chunks "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_37"
+    chunks "rawloop-draft F16" models/rawloop-draft-f16.gguf "$IDS_37"
+    chunks "rawloop-small Q8_0" models/rawloop-small.gguf "$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(600)))")"
+    for spec in "tinyllama-1.1b Q4_0" "qwen3-0.6b Q4_K_M" "llama3.2-1b Q5_K_M" "${CK_EXTRA:-}"; do
+        [ -n "$spec" ] || continue
+        set -- $spec
+        f="$M/$1-$2.gguf"
+        [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1
+        chunks "$1 $2" "$f" "$IDS_37"
+    done
+    # the chunked logits against the CPU (the one-token GPU path is held to it in stage e)
+    cmp_logits "rawloop-small Q8_0 (chunks of 16)" models/rawloop-small.gguf "$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(37)))")" --exact
+    for spec in "${CK_SPEEDS[@]}"; do
+        set -- $spec
+        f="$M/$1-$2.gguf"
+        [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1
+        for b in 1 4 8 16; do
+            "$R" bench --device cuda --prefill exact -b $b -m "$f" -p 128 -n 0 -r 3 --no-ceiling --json 2>>"$LOG" | tail -1 |
+                python3 -c "import sys,json; j=json.loads(sys.stdin.read()); print(f'| $1 $2 | pp128 x3, prefill exact S=$b | {j[\"pp_tps\"]:.1f} tok/s (sd {j[\"pp_sd\"]:.1f}) | INFO |')" >>"$SUMMARY" 2>>"$LOG"
+        done
+    done
+fi
+if has fp; then # the fast prefill: cuBLAS present?, logits vs CPU, perplexity, pp512 speed
+    say "== fast prefill"
+    if ! ldconfig -p | grep -q libcublas.so; then
+        lib=$(python3 -c "import nvidia, os; print(os.path.dirname(nvidia.__path__[0]))" 2>/dev/null)
+        cb=$(find / -name 'libcublas.so.1[23]' -not -path '*/proc/*' 2>/dev/null | head -1)
+        [ -n "$cb" ] && export RL_CUBLAS=$cb LD_LIBRARY_PATH=$(dirname "$cb"):${LD_LIBRARY_PATH:-}
+        say "libcublas not on the loader path; using ${cb:-none}"
+    fi
+    IDS_SHIP=${IDS_SHIP:-"1 45 496 31 263 931 2989 338 263 1243 310 278 1566 1788 2988 13 157 1023 3 4 5 6 7 8 9 10 11 12 13 14 15 16"}
+    IDS_LONG=${IDS_LONG:-$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(600)))")}
+    cmp_logits "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_SHIP" pf
+    cmp_logits "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_LONG" pf
+    cmp_logits "rawloop-draft F16" models/rawloop-draft-f16.gguf "$IDS_SHIP" pf
+    for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b F16" "qwen3-0.6b Q4_K_M" "llama3.2-1b Q5_K_M"; do
+        set -- $spec
+        f="$M/$1-$2.gguf"
+        [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1
+        cmp_logits "$1 $2" "$f" "$IDS_SMALL" pf
+    done
+    # 100 ids in chunks of 16 (-b 16): prefill calls at positions > 0
+    IDS_100=$(python3 -c "print(' '.join(str((i * 7919) % 30000 + 3) for i in range(100)))")
+    "$R" logits --device cuda --prefill fast -b 16 -m "$M/tinyllama-1.1b-Q4_0.gguf" --ids "$IDS_100" -o /tmp/pb16.bin >>"$LOG" 2>&1
+    "$R" logits --device cuda --prefill fast -m "$M/tinyllama-1.1b-Q4_0.gguf" --ids "$IDS_100" -o /tmp/pb512.bin >>"$LOG" 2>&1
+    "$R" logits --device cpu --exact -m "$M/tinyllama-1.1b-Q4_0.gguf" --ids "$IDS_100" -o /tmp/pbc.bin >>"$LOG" 2>&1
+    python3 - >>"$SUMMARY" 2>>"$LOG" <<'EOF5'
+import numpy as np
+a = np.fromfile('/tmp/pb16.bin', dtype=np.float32).reshape(100, -1)
+b = np.fromfile('/tmp/pb512.bin', dtype=np.float32).reshape(100, -1)
+c = np.fromfile('/tmp/pbc.bin', dtype=np.float32).reshape(100, -1)
+rel = lambda x, y: (np.abs(x - y).max(axis=1) / np.abs(y).max(axis=1)).max()
+ra, rb = rel(a, c), rel(b, c)
+print(f"| tinyllama-1.1b Q4_0 | prefill-fast 100 ids in chunks of 16 vs one chunk | vs CPU --exact {ra:.2e} / {rb:.2e} | {'PASS' if max(ra, rb) <= 5e-2 else 'FAIL'} |")
+EOF5
+    for pm in exact fast; do
+        ppl=$("$R" perplexity --device cuda --prefill $pm -m models/rawloop-small.gguf -f models/heldout.txt -c 512 --chunks 20 2>>"$LOG" | grep -o 'PPL = [0-9.]*')
+        row "| rawloop-small Q8_0 | perplexity heldout c512 x20, GPU --prefill $pm | $ppl | INFO |"
+    done
+    ppl=$("$R" perplexity --device cpu -m models/rawloop-small.gguf -f models/heldout.txt -c 512 --chunks 20 2>>"$LOG" | grep -o 'PPL = [0-9.]*')
+    row "| rawloop-small Q8_0 | perplexity heldout c512 x20, CPU | $ppl | INFO |"
+    for spec in "${PF_SPEEDS[@]}"; do
+        set -- $spec
+        f="$M/$1-$2.gguf"
+        [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1
+        "$R" bench --device cuda -m "$f" -p 512 -n 0 -r 5 --no-ceiling --json 2>>"$LOG" | tail -1 |
+            python3 -c "import sys,json; j=json.loads(sys.stdin.read()); print(f'| $1 $2 | pp512 x5, prefill fast | {j[\"pp_tps\"]:.1f} tok/s (sd {j[\"pp_sd\"]:.1f}, min {j[\"pp_min\"]:.1f}) | INFO |')" >>"$SUMMARY" 2>>"$LOG"
     done
 fi
 say "== done in $(( $(date +%s) - T0 )) s"

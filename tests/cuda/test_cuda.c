@@ -1,7 +1,8 @@
 /* GPU kernel tests (need a CUDA device; run by tests/cuda/run_device.sh). Every matvec type
  * and epilogue mode against a float64 reference computed on the CPU from rl_dequant_row (the
- * reference dequantiser), over several shapes; the argmax's first-max tie rule. Without a
- * device it says so and exits 77 (skipped). */
+ * reference dequantiser), over several shapes; RQ2 under both of its code decoders
+ * (RL_CUDA_RQ2_LUT=0 and 1), which must also agree bit for bit; the argmax's first-max tie
+ * rule. Without a device it says so and exits 77 (skipped). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,53 @@ static uint64_t rs = 0x243f6a8885a308d3ULL;
 static float frand(void) { /* uniform in [-1, 1) */
     rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
     return (float)((rs >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+/* One GPU run of the matvec (y gets its output) against ref (init: y's values before it, the
+ * residual of mode 1), then a second run that must give the same bits. dn names the variant. */
+static void check_gpu(uint32_t type, const uint8_t *w, size_t rows, size_t cols, const float *x,
+                      const float *nw, int mode, bool fast, const double *ref, const double *init,
+                      float *y, const char *dn) {
+    size_t out = mode == 2 ? rows / 2 : rows, rb = rl_row_bytes(type, cols);
+    for (size_t r = 0; r < out; r++) y[r] = (float)init[r];
+    double mx = 0, err = 0;
+    for (size_t r = 0; r < out; r++) {
+        double v = ref[r];
+        if (mode == 1) v += init[r];
+        if (mode == 2) {
+            double g = ref[r], u = ref[r + rows / 2];
+            v = g / (1.0 + exp(-g)) * u;
+        }
+        if (fabs(v) > mx) mx = fabs(v);
+    }
+    rl_err e = {{0}};
+    int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, nw, 1e-5f, mode, fast, y, &e);
+    CHECK(rc == 0, "%s: %s", rl_type_name(type), e.msg);
+    int bad = 0;
+    for (size_t r = 0; r < out; r++) {
+        double v = ref[r];
+        if (mode == 1) v += init[r];
+        if (mode == 2) {
+            double g = ref[r], u = ref[r + rows / 2];
+            v = g / (1.0 + exp(-g)) * u;
+        }
+        if (!isfinite(y[r])) bad++;
+        double d = fabs((double)y[r] - v);
+        if (d > err) err = d;
+    }
+    double rel = mx > 0 ? err / mx : err;
+    CHECK(bad == 0 && rel < 2e-5, "%s%s %zux%zu mode %d norm %d %s: rel err %.3g, %d non-finite",
+          rl_type_name(type), dn, rows, cols, mode, nw != NULL, fast ? "q8" : "f32", rel, bad);
+    printf("  matvec %-5s %5zu x %-5zu mode %d norm %d %s: max rel err %.2e%s\n", rl_type_name(type),
+           rows, cols, mode, nw != NULL, fast ? "q8 " : "f32", rel, dn);
+    /* run-to-run: the same input gives the same bits */
+    float *y2 = malloc(rows * sizeof(float));
+    for (size_t r = 0; r < out; r++) y2[r] = (float)init[r];
+    if (mode != 1)
+        for (size_t r = 0; r < out; r++) y2[r] = 12345.0f;
+    rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, nw, 1e-5f, mode, fast, y2, &e);
+    CHECK(rc == 0 && memcmp(y, y2, out * sizeof(float)) == 0, "%s%s: second run differs", rl_type_name(type), dn);
+    free(y2);
 }
 
 /* fast: the 8-bit-activation path where the type has one; its reference is the CPU's own fast
@@ -61,45 +109,23 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
             ref[r] = s;
         }
     }
-    for (size_t r = 0; r < out; r++) y[r] = init[r] = mode == 1 ? frand() * 10 : 12345.0f;
-    double mx = 0, err = 0;
-    for (size_t r = 0; r < out; r++) {
-        double v = ref[r];
-        if (mode == 1) v += init[r];
-        if (mode == 2) {
-            double g = ref[r], u = ref[r + rows / 2];
-            v = g / (1.0 + exp(-g)) * u;
-        }
-        if (fabs(v) > mx) mx = fabs(v);
+    for (size_t r = 0; r < out; r++) init[r] = mode == 1 ? frand() * 10 : 12345.0f;
+    /* RQ2 has two code decoders (the knob is read at every test call): each is checked, and
+     * they must give the same bits (the integer dot, and the fp32 path's order, do not depend
+     * on the decoder) */
+    const char *dec[] = {NULL, NULL};
+    if (type == RL_RQ2) dec[0] = "0", dec[1] = "1";
+    float *y0 = malloc(rows * sizeof(float));
+    for (int k = 0; k < (dec[1] ? 2 : 1); k++) {
+        if (dec[k]) setenv("RL_CUDA_RQ2_LUT", dec[k], 1);
+        check_gpu(type, w, rows, cols, x, with_norm ? nw : NULL, mode, fast, ref, init, y,
+                  !dec[k] ? "" : k ? " lut" : " shift");
+        if (k == 0) memcpy(y0, y, out * sizeof(float));
+        else CHECK(memcmp(y0, y, out * sizeof(float)) == 0, "%s %zux%zu mode %d %s: the two decoders differ",
+                   rl_type_name(type), rows, cols, mode, fast ? "q8" : "f32");
     }
-    rl_err e = {{0}};
-    int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, with_norm ? nw : NULL, 1e-5f, mode, fast, y, &e);
-    CHECK(rc == 0, "%s: %s", rl_type_name(type), e.msg);
-    int bad = 0;
-    for (size_t r = 0; r < out; r++) {
-        double v = ref[r];
-        if (mode == 1) v += init[r];
-        if (mode == 2) {
-            double g = ref[r], u = ref[r + rows / 2];
-            v = g / (1.0 + exp(-g)) * u;
-        }
-        if (!isfinite(y[r])) bad++;
-        double d = fabs((double)y[r] - v);
-        if (d > err) err = d;
-    }
-    double rel = mx > 0 ? err / mx : err;
-    CHECK(bad == 0 && rel < 2e-5, "%s %zux%zu mode %d norm %d %s: rel err %.3g, %d non-finite",
-          rl_type_name(type), rows, cols, mode, with_norm, fast ? "q8" : "f32", rel, bad);
-    printf("  matvec %-5s %5zu x %-5zu mode %d norm %d %s: max rel err %.2e\n", rl_type_name(type),
-           rows, cols, mode, with_norm, fast ? "q8 " : "f32", rel);
-    /* run-to-run: the same input gives the same bits */
-    float *y2 = malloc(rows * sizeof(float));
-    for (size_t r = 0; r < out; r++) y2[r] = (float)init[r];
-    if (mode != 1)
-        for (size_t r = 0; r < out; r++) y2[r] = 12345.0f;
-    rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, with_norm ? nw : NULL, 1e-5f, mode, fast, y2, &e);
-    CHECK(rc == 0 && memcmp(y, y2, out * sizeof(float)) == 0, "%s: second run differs", rl_type_name(type));
-    free(y2);
+    if (dec[0]) unsetenv("RL_CUDA_RQ2_LUT");
+    free(y0);
     free(w); free(row); free(x); free(nw); free(xn); free(y); free(ref); free(init);
 }
 
@@ -124,7 +150,7 @@ int main(void) {
         printf("test_cuda: no CUDA device, skipped\n");
         return 77;
     }
-    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_K, RL_Q5_K, RL_Q6_K};
+    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
     const size_t shapes[][2] = {{1, 256}, {77, 512}, {1000, 2048}, {256, 5632}};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {

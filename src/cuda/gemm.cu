@@ -1,0 +1,78 @@
+/* fp16 GEMM on the tensor cores for the fast prefill, through cuBLAS loaded at run time.
+ *
+ * Why cuBLAS: a dense GEMM at the tensor cores' rate is a library's job (one well-kept by the
+ * GPU's vendor), and the prefill is the one place rawloop needs one. Why dlopen: libcublasLt is
+ * half a gigabyte, far too large to link statically, and linking it dynamically would make the
+ * whole binary (CPU paths included) refuse to start wherever the library is missing. So the
+ * library is looked up the first time a fast prefill runs; when it is not found the backend
+ * says so and prefills exactly (token by token), which needs nothing but the driver. */
+#include <cublas_api.h>
+#include <dlfcn.h>
+#include <stdio.h>
+
+#include "kernels.h"
+
+typedef cublasStatus_t (*create_fn)(cublasHandle_t *);
+typedef cublasStatus_t (*destroy_fn)(cublasHandle_t);
+typedef cublasStatus_t (*stream_fn)(cublasHandle_t, cudaStream_t);
+typedef cublasStatus_t (*gemm_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                  const void *, const void *, cudaDataType, int, const void *,
+                                  cudaDataType, int, const void *, void *, cudaDataType, int,
+                                  cublasComputeType_t, cublasGemmAlgo_t);
+
+struct rl_gemm {
+    void *lib;
+    cublasHandle_t h;
+    destroy_fn destroy;
+    gemm_fn gemm;
+};
+
+int rl_gemm_open(rl_gemm **out, cudaStream_t st, char *why, size_t why_cap) {
+    *out = NULL;
+    /* RL_CUBLAS names the library file when it is not on the loader's path */
+    const char *env = getenv("RL_CUBLAS");
+    const char *names[] = {env && *env ? env : "libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    void *lib = NULL;
+    for (const char *n : names)
+        if ((lib = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!lib) {
+        snprintf(why, why_cap, "libcublas not found (%s; set RL_CUBLAS=/path/to/libcublas.so)", dlerror());
+        return -1;
+    }
+    create_fn create = (create_fn)dlsym(lib, "cublasCreate_v2");
+    stream_fn set_stream = (stream_fn)dlsym(lib, "cublasSetStream_v2");
+    rl_gemm g = {lib, NULL, (destroy_fn)dlsym(lib, "cublasDestroy_v2"), (gemm_fn)dlsym(lib, "cublasGemmEx")};
+    if (!create || !set_stream || !g.destroy || !g.gemm) {
+        snprintf(why, why_cap, "libcublas lacks cublasCreate_v2/cublasGemmEx");
+        dlclose(lib);
+        return -1;
+    }
+    cublasStatus_t s = create(&g.h);
+    if (s == CUBLAS_STATUS_SUCCESS) s = set_stream(g.h, st);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        snprintf(why, why_cap, "cublasCreate failed (status %d)", (int)s);
+        if (g.h) g.destroy(g.h);
+        dlclose(lib);
+        return -1;
+    }
+    *out = new rl_gemm(g);
+    return 0;
+}
+
+void rl_gemm_close(rl_gemm *g) {
+    if (!g) return;
+    g->destroy(g->h);
+    dlclose(g->lib);
+    delete g;
+}
+
+/* Row-major C[t][r] = beta * C[t][r] + sum_k A[t][k] * W[r][k] (fp16 in, fp32 accumulate and
+ * out). In cuBLAS's column-major terms: C^T (rows x n_tok) = op_T(W as k x rows) . A^T. */
+int rl_gemm_f16(rl_gemm *g, const __half *W, int rows, int k, const __half *A, int lda, int n_tok,
+                float *C, int ldc, float beta) {
+    const float one = 1.0f;
+    cublasStatus_t s = g->gemm(g->h, CUBLAS_OP_T, CUBLAS_OP_N, rows, n_tok, k, &one, W, CUDA_R_16F, k,
+                               A, CUDA_R_16F, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT);
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : (int)s;
+}
