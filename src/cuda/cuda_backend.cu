@@ -486,9 +486,10 @@ static size_t cuda_profile_rows(void *impl, rl_prof_row *rows, size_t cap) {
 }
 
 /* ---- fast prefill -------------------------------------------------------------------------------
- * A prompt chunk of n tokens as GEMMs: each weight group (Q|K|V, O, gate|up, down, LM head in
- * slabs) is expanded to fp16 once per chunk and multiplied on the tensor cores with the n
- * tokens' fp16 activations, fp32 accumulation; residuals accumulate in fp32 (beta = 1). RoPE,
+ * A prompt chunk of n tokens as GEMMs: each weight matrix (the LM head in row slabs) is expanded
+ * to fp16 once per chunk (F16 weights are used in place) and multiplied on the tensor cores with
+ * the n tokens' fp16 activations, fp32 accumulation, each output at its column offset of the
+ * chunk's q|k|v or gate|up rows; residuals accumulate in fp32 (beta = 1). RoPE,
  * q/k norms and the cache write are the decode kernel's (rope_kv, over n tokens), attention is
  * a causal prefill kernel. Quality class of decoding, not its bits (docs/CUDA.md). */
 
@@ -497,9 +498,7 @@ static int pf_alloc(rl_cuda *c, rl_err *e) {
     size_t P = c->pf_chunk, D = cfg->n_embd, F = cfg->n_ff, Q = c->q_dim, KV = c->kv_dim;
     size_t wide = D > Q ? D : Q;
     wide = wide > F ? wide : F;
-    size_t w = (Q + 2 * KV) * D;
-    if (2 * F * D > w) w = 2 * F * D;
-    if (D * Q > w) w = D * Q;
+    size_t w = F * D > Q * D ? F * D : Q * D; /* the largest layer matrix */
     c->pw16_elems = w; /* the LM head goes through in slabs of w / n_embd rows */
     size_t off = 0;
     size_t o_tok = off; off = align256(off + P * 4);
@@ -530,6 +529,22 @@ static int pf_alloc(rl_cuda *c, rl_err *e) {
                                 cudaGetErrorString(cudaGetLastError()));                       \
     } while (0)
 
+/* C[t][.] (+)= A[t] . W rows: F16 weights are the GEMM's operand as they lie in the arena; any
+ * other type is expanded to fp16 in pw16 first. */
+static int pf_gemm(rl_cuda *c, const rl_dmat *w, const __half *A, int lda, int N, float *C, int ldc,
+                   float beta, const char *what, rl_err *e) {
+    const __half *W = (const __half *)w->q;
+    if (w->type != RL_F16) {
+        int st = rl_deq_rows_launch(w, NULL, 0, w->rows, c->pw16, true, c->st);
+        if (st) return rl_fail(e, "CUDA: fast prefill: %s expansion failed (status %d: %s)", what, st,
+                               cudaGetErrorString(cudaGetLastError()));
+        W = c->pw16;
+    }
+    int st = rl_gemm_f16(c->gemm, W, w->rows, w->cols, A, lda, N, C, ldc, beta);
+    if (st) return rl_fail(e, "CUDA: fast prefill: %s GEMM failed (cuBLAS status %d)", what, st);
+    return 0;
+}
+
 static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
     const int D = (int)cfg->n_embd, F = (int)cfg->n_ff, Q = (int)c->q_dim, KV = (int)c->kv_dim;
@@ -539,10 +554,10 @@ static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
     for (size_t l = 0; l < cfg->n_layer; l++) {
         const dlayer *L = &c->lay[l];
         PK(rl_rmsnorm_f16_launch(c->px, D, N, L->attn_norm, cfg->norm_eps, c->pa16, D, st), "attn_norm");
-        PK(rl_deq_rows_launch(&L->wq, NULL, 0, Q, c->pw16, true, st), "wq expansion");
-        PK(rl_deq_rows_launch(&L->wk, NULL, 0, KV, c->pw16 + (size_t)Q * D, true, st), "wk expansion");
-        PK(rl_deq_rows_launch(&L->wv, NULL, 0, KV, c->pw16 + (size_t)(Q + KV) * D, true, st), "wv expansion");
-        PK(rl_gemm_f16(c->gemm, c->pw16, NQKV, D, c->pa16, D, N, c->pqkv, NQKV, 0.0f), "QKV GEMM");
+        if (pf_gemm(c, &L->wq, c->pa16, D, N, c->pqkv, NQKV, 0.0f, "wq", e) ||
+            pf_gemm(c, &L->wk, c->pa16, D, N, c->pqkv + Q, NQKV, 0.0f, "wk", e) ||
+            pf_gemm(c, &L->wv, c->pa16, D, N, c->pqkv + Q + KV, NQKV, 0.0f, "wv", e))
+            return -1;
         rl_att_args t;
         memset(&t, 0, sizeof t);
         t.q = c->pqkv;
@@ -569,15 +584,13 @@ static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
         rl_rope_kv_launch(&t, false, st);
         PK((int)cudaGetLastError(), "rope + KV write");
         PK(rl_attention_prefill_launch(&t, c->patt, st), "attention");
-        PK(rl_deq_rows_launch(&L->wo, NULL, 0, D, c->pw16, true, st), "wo expansion");
-        PK(rl_gemm_f16(c->gemm, c->pw16, D, Q, c->patt, Q, N, c->px, D, 1.0f), "wo GEMM");
+        if (pf_gemm(c, &L->wo, c->patt, Q, N, c->px, D, 1.0f, "wo", e)) return -1;
         PK(rl_rmsnorm_f16_launch(c->px, D, N, L->ffn_norm, cfg->norm_eps, c->pa16, D, st), "ffn_norm");
-        PK(rl_deq_rows_launch(&L->wg, NULL, 0, F, c->pw16, true, st), "gate expansion");
-        PK(rl_deq_rows_launch(&L->wu, NULL, 0, F, c->pw16 + (size_t)F * D, true, st), "up expansion");
-        PK(rl_gemm_f16(c->gemm, c->pw16, 2 * F, D, c->pa16, D, N, c->pgu, 2 * F, 0.0f), "gate|up GEMM");
+        if (pf_gemm(c, &L->wg, c->pa16, D, N, c->pgu, 2 * F, 0.0f, "gate", e) ||
+            pf_gemm(c, &L->wu, c->pa16, D, N, c->pgu + F, 2 * F, 0.0f, "up", e))
+            return -1;
         PK(rl_silu_mul_f16_launch(c->pgu, F, N, c->pa16, st), "SwiGLU");
-        PK(rl_deq_rows_launch(&L->wd, NULL, 0, D, c->pw16, true, st), "down expansion");
-        PK(rl_gemm_f16(c->gemm, c->pw16, D, F, c->pa16, F, N, c->px, D, 1.0f), "down GEMM");
+        if (pf_gemm(c, &L->wd, c->pa16, F, N, c->px, D, 1.0f, "down", e)) return -1;
     }
     return 0;
 }
@@ -593,10 +606,15 @@ static int pf_all_logits(rl_cuda *c, size_t n, float *logits, rl_err *e) {
     }
     PK(rl_rmsnorm_f16_launch(c->px, D, N, c->out_norm, cfg->norm_eps, c->pa16, D, c->st), "output_norm");
     int slab = (int)(c->pw16_elems / (size_t)D);
+    if (c->out.type == RL_F16) slab = V; /* used in place */
     for (int v0 = 0; v0 < V; v0 += slab) {
         int rows = V - v0 < slab ? V - v0 : slab;
-        PK(rl_deq_rows_launch(&c->out, NULL, v0, rows, c->pw16, true, c->st), "LM head expansion");
-        PK(rl_gemm_f16(c->gemm, c->pw16, rows, D, c->pa16, D, N, c->plg + v0, V, 0.0f), "LM head GEMM");
+        const __half *W = (const __half *)c->out.q;
+        if (c->out.type != RL_F16) {
+            PK(rl_deq_rows_launch(&c->out, NULL, v0, rows, c->pw16, true, c->st), "LM head expansion");
+            W = c->pw16;
+        }
+        PK(rl_gemm_f16(c->gemm, W, rows, D, c->pa16, D, N, c->plg + v0, V, 0.0f), "LM head GEMM");
     }
     rl_argmax_launch(c->plg + (size_t)(N - 1) * V, V, c->amax, false, c->st);
     CK(cudaMemcpyAsync(c->h_amax, c->amax, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
