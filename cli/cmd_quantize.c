@@ -40,9 +40,11 @@ static void usage(FILE *out) {
     for (size_t i = 0; rl_ftype_rawloop_at(i); i++) fprintf(out, " %s", rl_ftype_rawloop_at(i)->name);
     fprintf(out,
         "\n"
-        "             Q4_K_M/Q5_K_M: output head and attn_v/ffn_down of some layers in Q6_K\n"
-        "             (llama.cpp's recipes); matrices whose row length is not a multiple of the\n"
-        "             type's block fall back to Q8_0 (or F16). docs/FORMATS.md has the rules.\n"
+        "             Output head Q6_K in every quantized type (Q8_0 if its rows do not fit the\n"
+        "             type's block; Q8_0 files keep Q8_0); attn_v/ffn_down of some layers Q6_K\n"
+        "             for Q4_K_M/Q5_K_M (llama.cpp's recipes). Rows no block fits fall back as\n"
+        "             llama.cpp's: Q4_K->Q5_0, Q5_K->Q5_1, Q6_K->Q8_0, else F16.\n"
+        "             docs/FORMATS.md has the rules.\n"
         "             RQ2: rawloop's 2-bit type (64-value blocks, 2.5 bits per weight; only\n"
         "             rawloop reads it), token_embd.weight in Q8_0 unless --pure\n"
         "  --recipe FILE  per-tensor types: lines 'PATTERN TYPE', first match wins; PATTERN a\n"

@@ -3,7 +3,7 @@
  * ahead of AVX2 when the build targets it), NEON (arm64) in mm_neon.c.
  *
  * AVX2 layout of the work:
- *  - fast path, Q8_0 / Q4_0: register tiles of R weight rows x C activation columns; every
+ *  - fast path, Q8_0 / Q4_0 / Q5_0 / Q5_1: register tiles of R weight rows x C activation columns; every
  *    weight block is loaded and unpacked once per tile and reused for the C columns, every
  *    activation block once and reused for the R rows. Integer dots use the abs/sign trick so
  *    maddubs (unsigned x signed) can take two signed operands.
@@ -88,16 +88,36 @@ static void f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
 
 /* ---- exact path: SIMD dequantization of a chunk ------------------------------------------ */
 
-/* Unpacked 32-value groups of each weight type (signed int8 where the type is symmetric). */
-AINLINE __m256i q4_0_vals(const uint8_t *b) {
-    __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
+/* Unpacked 32-value groups of each weight type (signed int8 where the type is symmetric).
+ *
+ * 32 four-bit codes of a Q4_0/Q5_0/Q5_1 block as unsigned 0..15: value j < 16 is the low nibble
+ * of qs[j], value j + 16 the high nibble of qs[j]. */
+AINLINE __m256i nib_vals(const uint8_t *qs) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
     __m256i v = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    v = _mm256_and_si256(v, _mm256_set1_epi8(0xF));
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    return _mm256_and_si256(v, _mm256_set1_epi8(0xF));
+}
+
+AINLINE __m256i q4_0_vals(const uint8_t *b) {
+    return _mm256_sub_epi8(nib_vals(b + 2), _mm256_set1_epi8(8));
 }
 
 AINLINE __m256i q8_0_vals(const uint8_t *b) {
     return _mm256_loadu_si256((const __m256i *)(b + 2));
+}
+
+/* Q5_0 / Q5_1 codes 0..31 (qh at b + qh_off, nibbles after it): bit j of the 32-bit qh is value
+ * j's fifth bit, so byte j of a register gets qh byte j/8 (one in-lane shuffle of the broadcast
+ * word) and tests bit j%8. */
+AINLINE __m256i q5_uvals(const uint8_t *b, size_t qh_off) {
+    uint32_t qh;
+    memcpy(&qh, b + qh_off, sizeof qh);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);
+    h = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(16));
+    return _mm256_or_si256(nib_vals(b + qh_off + 4), h);
 }
 
 /* Q4_K / Q5_K sub-block j (values 0..15 or 0..31) */
@@ -169,6 +189,15 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         return;
     case RL_Q4_0:
         for (size_t i = 0; i < len / 32; i++, b += 18) store_scaled(dst + 32 * i, q4_0_vals(b), _mm256_set1_ps(ld_h(b)), zero);
+        return;
+    case RL_Q5_0:
+        for (size_t i = 0; i < len / 32; i++, b += 22)
+            store_scaled(dst + 32 * i, _mm256_sub_epi8(q5_uvals(b, 2), _mm256_set1_epi8(16)), _mm256_set1_ps(ld_h(b)), zero);
+        return;
+    case RL_Q5_1:
+        /* d*q - (-m) rounds as the reference's d*q + m does */
+        for (size_t i = 0; i < len / 32; i++, b += 24)
+            store_scaled(dst + 32 * i, q5_uvals(b, 4), _mm256_set1_ps(ld_h(b)), _mm256_set1_ps(-ld_h(b + 2)));
         return;
     case RL_Q4_K:
     case RL_Q5_K: {
@@ -293,23 +322,43 @@ AINLINE __m256 ld_h8(const uint8_t *p, size_t stride) {
     return _mm256_cvtph_ps((__m128i)v);
 }
 
-/* Q4_0 nibbles as unsigned 0..15; the -8 is applied through the activation sums s. */
-AINLINE __m256i q4_0_uvals(const uint8_t *b) {
-    __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0xF));
+/* The 32-value formats the tile kernels handle. Q8_0 is signed (abs/sign trick); the others
+ * enter maddubs as unsigned codes u and their offset is folded in per block through the
+ * activation sums s = da * sum(qs):
+ *   value = dw * (u - 8)   Q4_0:  dw*da*dot(u, a) - 8 * dw * s
+ *   value = dw * (u - 16)  Q5_0:  dw*da*dot(u, a) - 16 * dw * s
+ *   value = dw * u + m     Q5_1:  dw*da*dot(u, a) + m * s
+ * i.e. + K * coef * s with coef = dw (or m) and K = off_mul. The kernels take the format as a
+ * constant, so each instantiation keeps only its own format's code. */
+enum { TQ_Q8_0, TQ_Q4_0, TQ_Q5_0, TQ_Q5_1 };
+
+AINLINE size_t tq_bs(const int f) {
+    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q5_0 ? 22 : 24;
+}
+
+AINLINE float tq_off_mul(const int f) {
+    return f == TQ_Q4_0 ? -8.0f : f == TQ_Q5_0 ? -16.0f : 1.0f;
+}
+
+/* byte offset of the fp16 factor that multiplies s: dw itself, or Q5_1's m */
+AINLINE size_t tq_coef_at(const int f) {
+    return f == TQ_Q5_1 ? 2 : 0;
+}
+
+AINLINE __m256i tq_uvals(const uint8_t *blk, const int f) {
+    return f == TQ_Q4_0 ? nib_vals(blk + 2) : q5_uvals(blk, f == TQ_Q5_0 ? 2 : 4);
 }
 
 /* One block of R rows x C columns. The caller supplies the per-(row, column) scale dw*da. */
 AINLINE void blk_q(const uint8_t *const *w, const rl_q8a *const *a, size_t b, const float *sc, size_t scs,
-                   __m256 acc[4][4], const int R, const int C, const int q4) {
-    const size_t bs = q4 ? 18 : 34;
+                   __m256 acc[4][4], const int R, const int C, const int f) {
+    const size_t bs = tq_bs(f);
     __m256i wq[4], wa[4];
     RL_UNROLL
     for (int k = 0; k < R; k++) {
         const uint8_t *blk = w[k] + b * bs;
-        if (q4) {
-            wq[k] = q4_0_uvals(blk);
+        if (f != TQ_Q8_0) {
+            wq[k] = tq_uvals(blk, f);
         } else {
             wq[k] = q8_0_vals(blk);
             wa[k] = _mm256_sign_epi8(wq[k], wq[k]);
@@ -320,17 +369,19 @@ AINLINE void blk_q(const uint8_t *const *w, const rl_q8a *const *a, size_t b, co
         __m256i aq = _mm256_loadu_si256((const __m256i *)a[c][b].qs);
         RL_UNROLL
         for (int k = 0; k < R; k++) {
-            __m256i p = q4 ? _mm256_maddubs_epi16(wq[k], aq) : _mm256_maddubs_epi16(wa[k], _mm256_sign_epi8(aq, wq[k]));
+            /* unsigned codes <= 31 against int8: pair sums <= 2*31*128, no int16 saturation */
+            __m256i p = f != TQ_Q8_0 ? _mm256_maddubs_epi16(wq[k], aq)
+                                     : _mm256_maddubs_epi16(wa[k], _mm256_sign_epi8(aq, wq[k]));
             __m256 v = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, _mm256_set1_epi16(1)));
             acc[k][c] = _mm256_fmadd_ps(v, _mm256_broadcast_ss(sc + (size_t)(k * C + c) * scs), acc[k][c]);
         }
     }
 }
 
-/* R rows starting at r times C columns starting at s; q4 selects the weight format.
+/* R rows starting at r times C columns starting at s; f selects the weight format.
  * Blocks go in groups of 8 so the scale products are formed 8 at a time in a small table. */
-AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C, const int q4) {
-    const size_t bs = q4 ? 18 : 34, nb = m->n / RL_QK;
+AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C, const int f) {
+    const size_t bs = tq_bs(f), nb = m->n / RL_QK, ca = tq_coef_at(f);
     const uint8_t *w[4];
     const rl_q8a *a[4];
     __m256 acc[4][4], off[4][4];
@@ -346,11 +397,12 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
     size_t b = 0;
     for (; b + 8 <= nb; b += 8) {
         _Alignas(32) float sc[4 * 4][8];
-        __m256 dw[4];
+        __m256 dw[4], cw[4];
         RL_UNROLL
         for (int k = 0; k < R; k++) {
             _mm_prefetch((const char *)(w[k] + b * bs) + 8 * bs * 4, _MM_HINT_T0);
             dw[k] = ld_h8(w[k] + b * bs, bs);
+            cw[k] = ca ? ld_h8(w[k] + b * bs + ca, bs) : dw[k];
         }
         RL_UNROLL
         for (int c = 0; c < C; c++) {
@@ -363,30 +415,30 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
             RL_UNROLL
             for (int k = 0; k < R; k++) {
                 _mm256_store_ps(sc[k * C + c], _mm256_mul_ps(dw[k], (__m256)da));
-                if (q4) off[k][c] = _mm256_fmadd_ps(dw[k], (__m256)sa, off[k][c]);
+                if (f != TQ_Q8_0) off[k][c] = _mm256_fmadd_ps(cw[k], (__m256)sa, off[k][c]);
             }
         }
-        for (size_t j = 0; j < 8; j++) blk_q(w, a, b + j, &sc[0][j], 8, acc, R, C, q4);
+        for (size_t j = 0; j < 8; j++) blk_q(w, a, b + j, &sc[0][j], 8, acc, R, C, f);
     }
     for (; b < nb; b++) {
         float sc[4 * 4];
         RL_UNROLL
         for (int k = 0; k < R; k++) {
-            float d = ld_h(w[k] + b * bs);
+            float d = ld_h(w[k] + b * bs), cf = ca ? ld_h(w[k] + b * bs + ca) : d;
             RL_UNROLL
             for (int c = 0; c < C; c++) {
                 sc[k * C + c] = d * a[c][b].d;
-                if (q4) off[k][c] = _mm256_add_ps(off[k][c], _mm256_setr_ps(d * a[c][b].s, 0, 0, 0, 0, 0, 0, 0));
+                if (f != TQ_Q8_0) off[k][c] = _mm256_add_ps(off[k][c], _mm256_setr_ps(cf * a[c][b].s, 0, 0, 0, 0, 0, 0, 0));
             }
         }
-        blk_q(w, a, b, sc, 1, acc, R, C, q4);
+        blk_q(w, a, b, sc, 1, acc, R, C, f);
     }
     RL_UNROLL
     for (int k = 0; k < R; k++) {
         RL_UNROLL
         for (int c = 0; c < C; c++) {
             float v = hsum(acc[k][c]);
-            if (q4) v -= 8 * hsum(off[k][c]);
+            if (f != TQ_Q8_0) v += tq_off_mul(f) * hsum(off[k][c]);
             put(m, s + (size_t)c, r + (size_t)k, v, m->accumulate);
         }
     }
@@ -398,22 +450,22 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
 #define TR 2
 #define TC 4
 
-AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int q4) {
+AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int f) {
     size_t r = r0;
     if (m->S == 1) {
-        for (; r + TR1 <= r1; r += TR1) tile_q(m, r, 0, TR1, 1, q4);
-        for (; r < r1; r++) tile_q(m, r, 0, 1, 1, q4);
+        for (; r + TR1 <= r1; r += TR1) tile_q(m, r, 0, TR1, 1, f);
+        for (; r < r1; r++) tile_q(m, r, 0, 1, 1, f);
         return;
     }
     for (; r + TR <= r1; r += TR) {
         size_t s = 0;
-        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, TR, TC, q4);
-        for (; s < m->S; s++) tile_q(m, r, s, TR, 1, q4);
+        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, TR, TC, f);
+        for (; s < m->S; s++) tile_q(m, r, s, TR, 1, f);
     }
     for (; r < r1; r++) {
         size_t s = 0;
-        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, 1, TC, q4);
-        for (; s < m->S; s++) tile_q(m, r, s, 1, 1, q4);
+        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, 1, TC, f);
+        for (; s < m->S; s++) tile_q(m, r, s, 1, 1, f);
     }
 }
 
@@ -724,8 +776,10 @@ static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
         }
     }
     switch (m->type) {
-    case RL_Q8_0: rows_q(m, r0, r1, 0); return;
-    case RL_Q4_0: rows_q(m, r0, r1, 1); return;
+    case RL_Q8_0: rows_q(m, r0, r1, TQ_Q8_0); return;
+    case RL_Q4_0: rows_q(m, r0, r1, TQ_Q4_0); return;
+    case RL_Q5_0: rows_q(m, r0, r1, TQ_Q5_0); return;
+    case RL_Q5_1: rows_q(m, r0, r1, TQ_Q5_1); return;
     case RL_Q4_K: rows_k(m, r0, r1, RL_Q4_K); return;
     case RL_Q5_K: rows_k(m, r0, r1, RL_Q5_K); return;
     case RL_Q6_K: rows_k(m, r0, r1, RL_Q6_K); return;

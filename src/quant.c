@@ -154,6 +154,20 @@ static void deq_q6_k(const uint8_t *b, float *y) {
     }
 }
 
+/* Q5_0: [0,2) d  [2,6) qh  [6,22) qs.  Q5_1: [0,2) d  [2,4) m  [4,8) qh  [8,24) qs.
+ * Value j (0..31) is the low nibble of qs[j] (j < 16) or the high nibble of qs[j-16], plus bit j
+ * of the little-endian uint32 qh as its fifth bit: q in 0..31. Q5_0 decodes d*(q-16), Q5_1
+ * d*q + m. */
+static inline size_t q5_qh_off(uint32_t type) {
+    return type == RL_Q5_1 ? 4 : 2;
+}
+
+static inline int q5_code(const uint8_t *b, size_t qh_off, size_t j) {
+    const uint8_t *qs = b + qh_off + 4;
+    int lo = j < RL_QK / 2 ? qs[j] & 0xF : qs[j - RL_QK / 2] >> 4;
+    return lo | (((b[qh_off + j / 8] >> (j % 8)) & 1) << 4);
+}
+
 /* RQ2: [0,16) codes (weight j: byte j/4, bits 2*(j%4))  [16,18) d  [18,20) m */
 static inline int rq2_code(const uint8_t *b, size_t j) {
     return (b[j / 4] >> (2 * (j % 4))) & 3;
@@ -201,6 +215,18 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n) {
                 y[j] = d * ((b[2 + j] & 0xF) - 8);
                 y[j + RL_QK / 2] = d * ((b[2 + j] >> 4) - 8);
             }
+        }
+        return;
+    case RL_Q5_0:
+        for (size_t i = 0; i < n / RL_QK; i++, b += 22) {
+            float d = ld_f16(b);
+            for (size_t j = 0; j < RL_QK; j++) dst[i * RL_QK + j] = d * (float)(q5_code(b, 2, j) - 16);
+        }
+        return;
+    case RL_Q5_1:
+        for (size_t i = 0; i < n / RL_QK; i++, b += 24) {
+            float d = ld_f16(b), m = ld_f16(b + 2);
+            for (size_t j = 0; j < RL_QK; j++) dst[i * RL_QK + j] = d * (float)q5_code(b, 4, j) + m;
         }
         return;
     case RL_Q4_K:
@@ -251,6 +277,49 @@ static void quant_q4_0(const float *x, uint8_t *b) {
         hi = hi > 15 ? 15 : hi;
         b[2 + j] = (uint8_t)(lo | (hi << 4));
     }
+}
+
+/* Q5_0 / Q5_1 as ggml's reference quantizers (and gguf.quants): Q5_0 maps the signed value of
+ * largest magnitude to -16, Q5_1 spans [min, max] with d = (max - min) / 31; codes are
+ * truncations of x*id + 16.5 (resp. (x - min)*id + 0.5), clamped to 31. */
+static void quant_q5(uint32_t type, const float *x, uint8_t *b) {
+    float d, id, lo = 0, off;
+    if (type == RL_Q5_0) {
+        float amax = 0, max = 0;
+        for (size_t j = 0; j < RL_QK; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        d = max / -16;
+        off = 16.5f;
+    } else {
+        float hi = x[0];
+        lo = x[0];
+        for (size_t j = 1; j < RL_QK; j++) {
+            lo = fminf(lo, x[j]);
+            hi = fmaxf(hi, x[j]);
+        }
+        d = (hi - lo) / 31;
+        off = 0.5f;
+        st_f16(b + 2, lo);
+    }
+    id = d != 0 ? 1.0f / d : 0.0f;
+    st_f16(b, d);
+    size_t qh_off = q5_qh_off(type);
+    uint8_t *qs = b + qh_off + 4;
+    uint32_t qh = 0;
+    for (size_t j = 0; j < RL_QK; j++) {
+        int q = (int)((x[j] - lo) * id + off);
+        q = q > 31 ? 31 : q;
+        if (j < RL_QK / 2)
+            qs[j] = (uint8_t)(q & 0xF);
+        else
+            qs[j - RL_QK / 2] |= (uint8_t)((q & 0xF) << 4);
+        qh |= (uint32_t)(q >> 4) << j;
+    }
+    for (size_t k = 0; k < 4; k++) b[qh_off + k] = (uint8_t)(qh >> (8 * k));
 }
 
 static inline int clampi(int v, int lo, int hi) {
@@ -517,6 +586,12 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
     case RL_Q4_0:
         for (size_t i = 0; i < n / RL_QK; i++) quant_q4_0(src + i * RL_QK, b + i * 18);
         return;
+    case RL_Q5_0:
+        for (size_t i = 0; i < n / RL_QK; i++) quant_q5(type, src + i * RL_QK, b + i * 22);
+        return;
+    case RL_Q5_1:
+        for (size_t i = 0; i < n / RL_QK; i++) quant_q5(type, src + i * RL_QK, b + i * 24);
+        return;
     case RL_Q4_K:
         for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, block_w(w, i * RL_QK_K, RL_QK_K), b + i * 144, 4);
         return;
@@ -594,6 +669,19 @@ static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size
             acc += ld_f16(w) * a[i].d * (float)dot;
         }
         return acc;
+    case RL_Q5_0:
+    case RL_Q5_1: {
+        /* Q5_0 as Q4_0 (offset inside the integer dot); Q5_1's min folds in through s */
+        size_t bs = rl_type_get(type)->size, qh_off = q5_qh_off(type);
+        int sub = type == RL_Q5_0 ? 16 : 0;
+        for (size_t i = 0; i < n / RL_QK; i++, w += bs) {
+            int dot = 0;
+            for (size_t j = 0; j < RL_QK; j++) dot += (q5_code(w, qh_off, j) - sub) * a[i].qs[j];
+            acc += ld_f16(w) * a[i].d * (float)dot;
+            if (type == RL_Q5_1) acc += ld_f16(w + 2) * a[i].s;
+        }
+        return acc;
+    }
     case RL_Q4_K:
     case RL_Q5_K: {
         size_t bs = type == RL_Q4_K ? 144 : 176;

@@ -30,8 +30,8 @@ void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
  * type. Scalar code that follows ggml-quants.c's op order. */
 void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
 
-/* Quantizes n floats into type (any computable type). Q8_0 and Q4_0 follow ggml's reference
- * quantizers (byte-identical); the K-quants produce valid blocks with a simple rounding search;
+/* Quantizes n floats into type (any computable type). Q8_0, Q4_0, Q5_0 and Q5_1 follow ggml's
+ * reference quantizers (byte-identical to gguf.quants.quantize); the K-quants produce valid blocks with a simple rounding search;
  * RQ2 searches (d, m) per block for the least squared error (docs/FORMATS.md, section RQ2). */
 void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
 /* Same, with per-element importances w[0..n) (calibration: mean squared activation of each
@@ -47,7 +47,8 @@ bool rl_quant_uses_weights(uint32_t type);
 extern const uint32_t *const rl_rq2_lut;
 
 /* The fast path's activation block: 32 int8 values with one fp32 scale d (x ~ d*qs), and
- * s = d * sum(qs), which lets offset formats (Q4_0's -8, K-quant mins) fold in one multiply;
+ * s = d * sum(qs), which lets offset formats (Q4_0's -8, Q5_0's -16, Q5_1 and K-quant mins)
+ * fold in one multiply;
  * sum8 = 8 * sum(qs) exactly, which the packed Q4_0 kernel subtracts in integers. */
 typedef struct rl_q8a {
     float d;

@@ -12,9 +12,9 @@
  * numbers (the nearest "mostly" type); the _M ones are 15 and 17. */
 static const rl_ftype k_ftypes[] = {
     {"F32", RL_F32, false, 0},    {"F16", RL_F16, false, 1},    {"BF16", RL_BF16, false, 32},
-    {"Q8_0", RL_Q8_0, false, 7},  {"Q4_0", RL_Q4_0, false, 2},  {"Q4_K", RL_Q4_K, false, 14},
-    {"Q5_K", RL_Q5_K, false, 16}, {"Q6_K", RL_Q6_K, false, 18}, {"Q4_K_M", RL_Q4_K, true, 15},
-    {"Q5_K_M", RL_Q5_K, true, 17},
+    {"Q8_0", RL_Q8_0, false, 7},  {"Q4_0", RL_Q4_0, false, 2},  {"Q5_0", RL_Q5_0, false, 8},
+    {"Q5_1", RL_Q5_1, false, 9},  {"Q4_K", RL_Q4_K, false, 14}, {"Q5_K", RL_Q5_K, false, 16},
+    {"Q6_K", RL_Q6_K, false, 18}, {"Q4_K_M", RL_Q4_K, true, 15}, {"Q5_K_M", RL_Q5_K, true, 17},
 };
 
 /* rawloop's own file types: kept apart from llama.cpp's list, whose numbers they do not use */
@@ -53,12 +53,26 @@ static long layer_of(const char *name, const char *suffix) {
     return l;
 }
 
-/* The row-length fallback shared by file types and recipe files. */
+/* The row-length fallback shared by file types and recipe files: llama.cpp's
+ * tensor_type_fallback (src/llama-quant.cpp), which replaces a 256-block type that does not
+ * divide ne[0] by a 32-block one of about the same size, and uses F16 when even that does not
+ * fit. Its Q2_K/Q3_K -> Q4_0 and IQ* -> IQ4_NL entries are for types rawloop does not write.
+ * Types it has no entry for (llama.cpp refuses the tensor) fall back to Q8_0 here, which costs
+ * no quality: RQ2 (64-value blocks), and 32-block types, for which Q8_0 never fits either, so
+ * they end in F16. */
 static uint32_t fit_row(uint32_t t, uint64_t ne0) {
-    const rl_type_info *ti = rl_type_get(t);
-    if (ne0 % ti->blck == 0) return t;
-    if (ne0 % RL_QK == 0) return RL_Q8_0;
-    return RL_F16;
+    if (ne0 % rl_type_get(t)->blck == 0) return t;
+    uint32_t fb = t == RL_Q4_K ? RL_Q5_0 : t == RL_Q5_K ? RL_Q5_1 : RL_Q8_0;
+    return ne0 % rl_type_get(fb)->blck == 0 ? fb : RL_F16;
+}
+
+/* llama.cpp's output-head rule (llama_tensor_get_type_impl, category OUTPUT, which is also the
+ * tied token_embd), for every quantized llama.cpp file type unless pure: Q8_0 when ne[0] is not
+ * a multiple of the file type's own block, else Q6_K, except that a Q8_0 file keeps Q8_0. The
+ * Q6_K then goes through fit_row like any other choice. */
+static uint32_t head_type(uint32_t base, uint64_t ne0) {
+    if (ne0 % rl_type_get(base)->blck) return RL_Q8_0;
+    return base == RL_Q8_0 ? RL_Q8_0 : RL_Q6_K;
 }
 
 int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const char *name,
@@ -78,12 +92,15 @@ int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const
     } else {
         const rl_ftype *ft = c->ft;
         t = ft->base;
-        if (ft->mix_m && !c->pure && !rl_type_is_float(t)) {
+        if (!c->pure && !rl_type_is_float(t) && !rl_type_is_rawloop(t)) {
             bool head = !strcmp(name, "output.weight") ||
                         (!c->has_output && !strcmp(name, "token_embd.weight"));
             long l = layer_of(name, "attn_v.weight");
             if (l < 0) l = layer_of(name, "ffn_down.weight");
-            if (head || (l >= 0 && rl_recipe_more_bits((size_t)l, c->n_layer))) t = RL_Q6_K;
+            if (head)
+                t = head_type(t, ne[0]);
+            else if (ft->mix_m && l >= 0 && rl_recipe_more_bits((size_t)l, c->n_layer))
+                t = RL_Q6_K;
         }
         if (rl_type_is_rawloop(t) && !c->pure && !strcmp(name, "token_embd.weight")) t = RL_Q8_0;
     }

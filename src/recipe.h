@@ -17,7 +17,8 @@
 typedef struct rl_ftype {
     const char *name;   /* "Q4_K_M" */
     uint32_t base;      /* type of the matrices the recipe does not single out (enum rl_type) */
-    bool mix_m;         /* Q*_K_M: output head and attn_v/ffn_down of more_bits layers in Q6_K */
+    bool mix_m;         /* Q*_K_M: attn_v/ffn_down of more_bits layers in Q6_K (the head rule is
+                           every quantized file type's) */
     uint32_t file_type; /* general.file_type value (llama.cpp's llama_ftype) */
 } rl_ftype;
 
@@ -86,20 +87,22 @@ typedef struct rl_recipe_choice {
 /* The type of tensor `name` of n_dims dimensions (ne[0] contiguous):
  *  - 1-D tensors (norms, biases, rope_freqs) are F32;
  *  - F32/F16/BF16 file types: every matrix in that type;
- *  - output.weight (or token_embd.weight when there is no output.weight) in Q6_K for the _M
- *    recipes; blk.N.attn_v / blk.N.ffn_down in Q6_K on more_bits layers for the _M recipes;
+ *  - output.weight (or token_embd.weight when there is no output.weight) in every quantized
+ *    llama.cpp file type unless pure, as llama.cpp does: Q8_0 when ne[0] is not a multiple of
+ *    the file type's block, else Q6_K (a Q8_0 file keeps Q8_0);
+ *    blk.N.attn_v / blk.N.ffn_down in Q6_K on more_bits layers for the _M recipes;
  *    token_embd.weight in Q8_0 for RQ2 unless pure (the rows it looks up, and the output
  *    head when tied, lose too much at 2 bits);
  *    everything else (token_embd included) in the base type;
- *  - a matrix whose ne[0] is not a multiple of the chosen type's block falls back: a K-quant
- *    (256-element blocks) to Q8_0, and when even 32 does not divide ne[0], to F16. (llama.cpp
- *    falls back to Q5_0/Q5_1/Q8_0, which rawloop does not compute; Q8_0 never loses quality.) */
+ *  - a matrix whose ne[0] is not a multiple of the chosen type's block falls back as in
+ *    llama.cpp's tensor_type_fallback: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (RQ2, which
+ *    llama.cpp does not know, -> Q8_0), and to F16 when the fallback does not fit either. */
 uint32_t rl_recipe_type(const rl_recipe_ctx *c, const char *name, uint32_t n_dims,
                         const uint64_t *ne);
 
 /* The same decision with its provenance. With rules (a recipe file; c is then not used):
  * 1-D tensors are F32; a matrix takes the type of the first matching rule, with the same
- * row-length fallback as above (any type whose block does not divide ne[0]: Q8_0, else F16).
+ * row-length fallback as above (llama.cpp likewise applies it to its manual overrides).
  * Fails, naming the tensor, when no rule matches a matrix. Without rules it cannot fail. */
 int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const char *name,
                      uint32_t n_dims, const uint64_t *ne, rl_recipe_choice *out, rl_err *e);

@@ -24,8 +24,8 @@ static const rl_type_info k_rawloop_types[RL_RAWLOOP_TYPE_END - RL_RAWLOOP_TYPE_
 };
 
 /* Every type the engine computes with, in the order usage text lists them. */
-static const uint32_t k_computable[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0,
-                                        RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+static const uint32_t k_computable[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q5_0,
+                                        RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
 
 const rl_type_info *rl_type_get(uint32_t type) {
     if (type >= RL_RAWLOOP_TYPE_BASE && type < RL_RAWLOOP_TYPE_END)

@@ -43,7 +43,7 @@ enum rl_type {
 #define RL_FORMAT_VERSION_KEY "rawloop.format_version" /* uint32 */
 #define RL_FORMAT_VERSION 1u /* the version this build writes and the highest it reads */
 
-#define RL_QK 32   /* elements per block of Q4_0 / Q8_0 */
+#define RL_QK 32   /* elements per block of Q4_0 / Q5_0 / Q5_1 / Q8_0 */
 #define RL_QK_K 256 /* elements per super-block of the K-quants */
 
 typedef struct rl_type_info {
@@ -63,7 +63,8 @@ const char *rl_type_name(uint32_t type);
 /* F32, F16, BF16: weights that are always computed with fp32 activations. */
 bool rl_type_is_float(uint32_t type);
 
-/* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K RQ2). */
+/* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q5_1 Q4_K Q5_K Q6_K
+ * RQ2). Q5_0 / Q5_1 have CPU kernels only (the CUDA backend refuses them). */
 bool rl_type_computable(uint32_t type);
 
 /* True for ids in rawloop's reserved range [RL_RAWLOOP_TYPE_BASE, RL_RAWLOOP_TYPE_LIMIT),

@@ -1,13 +1,15 @@
 """`rawloop quantize` against independent oracles.
 
 (a) Q8_0 / Q4_0 output is byte-identical to gguf.quants.quantize run here on the F16 file's
-    values, tensor by tensor (read back with gguf.GGUFReader); the committed Q8_0 draft (made by
+    values, tensor by tensor (read back with gguf.GGUFReader); in the Q4_0 file the tied output
+    head (token_embd) is Q8_0, as llama.cpp makes it; the committed Q8_0 draft (made by
     gguf.quants from the float32 training weights, not from the F16 file) differs from it by at
     most 1.25 quantization steps per weight.
 (b) K-quant files of a synthetic model whose rows fit 256-value blocks load in gguf.GGUFReader,
     carry the recipe's tensor types (written out here from llama.cpp's rules, not computed with
     rawloop's), keep every kv, and dequantize with gguf.quants.dequantize to within a measured
-    error of the source.
+    error of the source; the one tensor no K block fits takes llama.cpp's fallback type
+    (Q5_0 / Q5_1 / Q8_0), byte-identical to gguf.quants.quantize.
 (c) perplexity of the quantized draft model against the F16 file's.
 (d) bad input: exit code, message, and no OUT or OUT.tmp left behind."""
 import os
@@ -61,8 +63,11 @@ def test_bytes_match_gguf_package(rawloop, tmp_path, qtype):
             assert np.array_equal(values(o), values(t)), name
             continue
         n2d += 1
-        assert o.tensor_type == T[qtype], name
-        want = gguf.quants.quantize(values(t), T[qtype])
+        # llama.cpp's output rule: the head (tied: token_embd) wants Q6_K, whose 256-value block
+        # a 128-value row cannot hold, so it falls back to Q8_0; the Q8_0 file keeps Q8_0
+        wt = T.Q8_0 if name == "token_embd.weight" else T[qtype]
+        assert o.tensor_type == wt, name
+        want = gguf.quants.quantize(values(t), wt)
         assert np.asarray(o.data).tobytes() == want.tobytes(), f"{name}: bytes differ from gguf"
     assert n2d == 29
 
@@ -167,14 +172,16 @@ def synthetic_model(path):
 
 
 def expected_type(name, qtype):
-    """llama.cpp's recipe, written out independently of src/recipe.c."""
+    """llama.cpp's recipe (llama-quant.cpp), written out independently of src/recipe.c."""
     base = {"Q4_K_M": T.Q4_K, "Q5_K_M": T.Q5_K, "Q6_K": T.Q6_K, "Q4_K": T.Q4_K}[qtype]
     if name == "odd.weight":
-        return T.Q8_0  # 96 is not a multiple of 256
+        # 96 is not a multiple of 256: tensor_type_fallback's Q4_K -> Q5_0, Q5_K -> Q5_1,
+        # Q6_K -> Q8_0
+        return {T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}[base]
+    if name == "output.weight":
+        return T.Q6_K  # every quantized file type but Q8_0 (Q4_K is llama.cpp's Q4_K_S)
     if not qtype.endswith("_M"):
         return base
-    if name == "output.weight":
-        return T.Q6_K
     m = re.fullmatch(r"blk\.(\d+)\.(attn_v|ffn_down)\.weight", name)
     if m and int(m.group(1)) in MORE_BITS:
         return T.Q6_K
@@ -189,12 +196,17 @@ def synth(tmp_path_factory):
 
 # Relative RMS error bounds, measured 2026-11-30 on this generator: Q4_K 0.086, Q5_K 0.043,
 # Q6_K 0.022, Q8_0 0.0068 (worst tensor).
-REL_RMS = {T.Q4_K: 0.10, T.Q5_K: 0.05, T.Q6_K: 0.026, T.Q8_0: 0.008}
+REL_RMS = {T.Q4_K: 0.10, T.Q5_K: 0.05, T.Q6_K: 0.026, T.Q8_0: 0.008, T.Q5_0: 0.06, T.Q5_1: 0.06}
 
 
 def naive(x, qtype):
     """Plain rounding with exact float scales, the baseline a K-quant search must not lose to:
-    Q4_K/Q5_K asymmetric (min <= 0) over 32 values, Q6_K symmetric over 16, Q8_0 over 32."""
+    Q4_K/Q5_K asymmetric (min <= 0) over 32 values, Q6_K symmetric over 16, Q8_0 over 32.
+    Q5_0 / Q5_1 have no search (ggml's reference quantizers): their baseline is
+    gguf.quants' own round trip, which the test also requires byte for byte."""
+    if qtype in (T.Q5_0, T.Q5_1):
+        q = gguf.quants.quantize(x, qtype)
+        return gguf.quants.dequantize(q, qtype).astype(np.float32).reshape(x.shape)
     if qtype in (T.Q4_K, T.Q5_K):
         qmax = 15 if qtype == T.Q4_K else 31
         b = x.reshape(-1, 32)
@@ -224,6 +236,8 @@ def test_k_quants_types_and_error(rawloop, synth, tmp_path, qtype):
         want = expected_type(name, qtype)
         assert t.tensor_type == want, f"{name}: {t.tensor_type.name}, want {want.name}"
         a, ref = values(t), src[name]
+        if want in (T.Q5_0, T.Q5_1, T.Q8_0):
+            assert np.asarray(t.data).tobytes() == gguf.quants.quantize(ref, want).tobytes(), name
         rel = float(np.sqrt(np.mean((a - ref) ** 2) / np.mean(ref ** 2)))
         base = float(np.sqrt(np.mean((naive(ref, want) - ref) ** 2) / np.mean(ref ** 2)))
         worst[want] = max(worst.get(want, 0.0), rel)
@@ -239,7 +253,8 @@ def test_pure_disables_the_mix(rawloop, synth, tmp_path):
     quantize(rawloop, path, out, "Q4_K_M", "--pure")
     for name, t in tensors(out).items():
         if not name.endswith("norm.weight"):
-            assert t.tensor_type == (T.Q8_0 if name == "odd.weight" else T.Q4_K), name
+            # --pure skips the mix, not llama.cpp's row-length fallback (Q4_K -> Q5_0)
+            assert t.tensor_type == (T.Q5_0 if name == "odd.weight" else T.Q4_K), name
 
 
 # ---- (c) perplexity ---------------------------------------------------------------------------
@@ -256,8 +271,9 @@ def ppl(rawloop, model):
 
 @pytest.mark.parametrize("qtype,tol", [("Q8_0", 0.005), ("Q4_K_M", 0.05), ("Q4_0", 0.10)])
 def test_perplexity_of_quantized_draft(rawloop, tmp_path, qtype, tol):
-    # On the draft every row is 128 or 352 values long, so the K recipes fall back to Q8_0
-    # (docs/FORMATS.md); Q4_0 is the one 4-bit type this model can hold.
+    # On the draft every row is 128 or 352 values long, so no K block fits: Q4_K_M's Q4_K
+    # tensors fall back to Q5_0 and its Q6_K ones (and the tied head) to Q8_0, as in llama.cpp
+    # (docs/FORMATS.md); Q4_0 is the one 4-bit type this model can hold (its head is Q8_0).
     out = tmp_path / f"draft-{qtype}.gguf"
     quantize(rawloop, F16, out, qtype)
     base, q = ppl(rawloop, F16), ppl(rawloop, out)

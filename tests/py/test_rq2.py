@@ -32,7 +32,7 @@ RQ2_ID = 1024
 KEY = "rawloop.format_version"
 
 # Dimensions all multiples of 64 (RQ2's block); hidden 256 fits Q4_K, ffn 320 does not, so a
-# Q4_K rule on ffn_down must fall back (to Q8_0) and say so.
+# Q4_K rule on ffn_down must fall back (to Q5_0, as llama.cpp) and say so.
 SPEC = om.Spec("rq2_mix", "llama", hidden=256, n_layers=2, n_heads=4, n_kv_heads=2, ffn=320,
                vocab=320, seed=11)
 IDS = [1] + [int(x) for x in np.random.default_rng(7).integers(3, SPEC.vocab, 15)]
@@ -41,7 +41,7 @@ RECIPE = """\
 # a mix of every kind of rule
 blk.*.ffn_gate.weight   RQ2
 blk.*.ffn_up.weight     rq2        # type names are case-insensitive
-blk.*.ffn_down.weight   Q4_K       # rows of 320 values: falls back to Q8_0
+blk.*.ffn_down.weight   Q4_K       # rows of 320 values: falls back to Q5_0
 blk.?.attn_q.weight     Q4_K
 blk.*.attn_k.weight     Q4_0
 blk.*.attn_*.weight     Q8_0
@@ -49,7 +49,7 @@ output.weight           Q6_K
 
 *                       F16
 """
-EXPECT = {"ffn_gate": "RQ2", "ffn_up": "RQ2", "ffn_down": "Q8_0", "attn_q": "Q4_K",
+EXPECT = {"ffn_gate": "RQ2", "ffn_up": "RQ2", "ffn_down": "Q5_0", "attn_q": "Q4_K",
           "attn_k": "Q4_0", "attn_v": "Q8_0", "attn_output": "Q8_0"}
 
 
@@ -300,7 +300,7 @@ def test_recipe_types_and_note(files):
     assert got["output_norm.weight"] == "F32"
     assert kvs["general.file_type"][1] == 2048   # rawloop's own file type number
     log = files["log"]
-    assert re.search(r"note: 2 matrices in Q8_0 instead of Q4_K: rows of 320 values are not a "
+    assert re.search(r"note: 2 matrices in Q5_0 instead of Q4_K: rows of 320 values are not a "
                      r"multiple of its 256-value block \(first: blk\.0\.ffn_down\.weight\)", log), log
 
 

@@ -22,7 +22,8 @@
 #include <immintrin.h>
 #endif
 
-static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+static const uint32_t k_types[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q5_0,
+                                   RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
 #define NTYPES (sizeof k_types / sizeof k_types[0])
 
 /* ---- deterministic random numbers ------------------------------------------------------- */
@@ -64,7 +65,8 @@ static void random_row(uint32_t type, uint8_t *w, size_t n) {
         case RL_F32: { float v = rnd_gauss(); memcpy(b, &v, 4); break; }
         case RL_F16: put_f16(b, rnd_gauss()); break;
         case RL_BF16: { uint16_t h = rl_f32_to_bf16(rnd_gauss()); memcpy(b, &h, 2); break; }
-        case RL_Q8_0: case RL_Q4_0: put_f16(b, sc); break;
+        case RL_Q8_0: case RL_Q4_0: case RL_Q5_0: put_f16(b, sc); break;
+        case RL_Q5_1: put_f16(b, sc * 0.5f); put_f16(b + 2, -8.0f * sc + 0.01f * rndf()); break;
         case RL_Q4_K: case RL_Q5_K: put_f16(b, sc * 0.1f); put_f16(b + 2, sc * 0.1f); break;
         case RL_Q6_K: put_f16(b + 208, sc * 0.05f); break;
         case RL_RQ2: put_f16(b + 16, sc); put_f16(b + 18, -1.5f * sc + 0.01f * rndf()); break;
@@ -191,12 +193,13 @@ static void test_f16_arm64(void) {
 
 static void test_roundtrip(void) {
     /* Relative rms error allowed for gaussian data, generous against the expected values
-     * (Q8_0 ~0.5%, Q5_K ~3.5%, Q4 ~7-8%, RQ2 ~31%) except Q6_K: its searched sub-block scales
+     * (Q8_0 ~0.5%, Q5_K ~3.5%, Q5_1 3.6%, Q5_0 4.1%, Q4 ~7-8%, RQ2 ~31%) except Q6_K: its searched sub-block scales
      * give 1.65% where the plain "largest value to -32" fit gave 1.84%, and the bound sits
      * between the two so that losing the search fails here. */
     const struct { uint32_t type; double tol; } cases[] = {
         {RL_F32, 0}, {RL_F16, 1e-3}, {RL_BF16, 5e-3}, {RL_Q8_0, 0.008}, {RL_Q6_K, 0.0175},
-        {RL_Q5_K, 0.045}, {RL_Q4_K, 0.09}, {RL_Q4_0, 0.12}, {RL_RQ2, 0.33},
+        {RL_Q5_K, 0.045}, {RL_Q4_K, 0.09}, {RL_Q4_0, 0.12}, {RL_Q5_0, 0.05}, {RL_Q5_1, 0.045},
+        {RL_RQ2, 0.33},
     };
     enum { N = 4096 };
     static float x[N], y[N];
@@ -440,25 +443,30 @@ static void test_packed(void) {
 
 /* ---- integer extremes ---------------------------------------------------------------------- */
 
-/* Largest integer products the fast path can meet: Q8_0 weights all -128 (Q4_0 nibbles all 0,
- * i.e. -8) against activations quantized to -127, row-major and packed. Catches an integer dot
- * whose intermediate sums overflow (e.g. int16 sums of more than two int8 products). */
+/* Largest integer products the fast path can meet: Q8_0 weights all -128 (Q4_0 / Q5_0 codes all
+ * 0, i.e. -8 / -16; Q5_1 codes all 31) against activations quantized to -127, row-major and
+ * packed (Q4_0 / Q8_0). Catches an integer dot whose intermediate sums overflow (e.g. int16 sums
+ * of more than two int8 products). */
 static void test_int_extremes(void) {
-    const uint32_t types[] = {RL_Q8_0, RL_Q4_0};
+    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q5_0, RL_Q5_1};
     enum { ROWS = 16, N = 512, S = 5 };
-    for (size_t t = 0; t < 2; t++) {
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         uint32_t type = types[t];
         size_t rb = rl_row_bytes(type, N), bs = rl_type_get(type)->size;
         uint8_t *w = malloc(rb * ROWS), *wp = malloc(rb * ROWS);
         static float x[N * S], y[ROWS * S], yr[ROWS * S];
         static rl_q8a xq[N / RL_QK * S];
-        memset(w, type == RL_Q8_0 ? 0x80 : 0x00, rb * ROWS);
-        for (size_t b = 0; b < rb * ROWS / bs; b++) put_f16(w + b * bs, 0.01f);
+        memset(w, type == RL_Q8_0 ? 0x80 : type == RL_Q5_1 ? 0xFF : 0x00, rb * ROWS);
+        for (size_t b = 0; b < rb * ROWS / bs; b++) {
+            put_f16(w + b * bs, 0.01f);
+            if (type == RL_Q5_1) put_f16(w + b * bs + 2, 0.02f);
+        }
         for (size_t i = 0; i < N * S; i++) x[i] = -1.0f;
         for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * N, xq + s * (N / RL_QK), N);
         CHECK(xq[0].qs[0] == -127, "activation -1 quantized to %d", xq[0].qs[0]);
-        rl_pack_rows(type, w, rb, ROWS, N, wp);
-        for (int packed = 0; packed < 2; packed++) {
+        bool packable = rl_pack_supported(type, ROWS, N);
+        if (packable) rl_pack_rows(type, w, rb, ROWS, N, wp);
+        for (int packed = 0; packed < 1 + packable; packed++) {
             for (size_t Sc = 1; Sc <= S; Sc += S - 1) {
                 rl_mm m = {.type = type, .w = packed ? wp : w, .row_bytes = rb, .n = N, .S = Sc, .x = x,
                            .xq = xq, .y = y, .ys = ROWS, .packed = packed};
@@ -467,7 +475,8 @@ static void test_int_extremes(void) {
                 rl_mm_rows_ref(&m, 0, ROWS);
                 int bad = 0;
                 for (size_t i = 0; i < ROWS * Sc; i++) bad += fabsf(y[i] - yr[i]) > 1e-5f * fabsf(yr[i]);
-                CHECK(bad == 0 && yr[0] > 0, "%s extremes packed=%d S=%zu: %d results differ (%g vs %g)",
+                /* every product is (negative weight) x (-1), Q5_1's (0.31 + 0.02) x (-1) */
+                CHECK(bad == 0 && (type == RL_Q5_1 ? yr[0] < 0 : yr[0] > 0), "%s extremes packed=%d S=%zu: %d results differ (%g vs %g)",
                       rl_type_name(type), packed, Sc, bad, y[0], yr[0]);
             }
         }
@@ -583,6 +592,76 @@ static void test_rq2(void) {
     bad = 0;
     for (int r = 0; r < R; r++) bad += fabsf(ya[r] - yr[r]) > 1e-5f * fabsf(yr[r]) || fabsf(yr[r] + 0.05f * NN) > 1e-3f * 0.05f * NN;
     CHECK(bad == 0, "RQ2 extremes: %d rows differ (%g vs %g, expected %g)", bad, ya[0], yr[0], -0.05 * NN);
+}
+
+/* ---- Q5_0 / Q5_1 -------------------------------------------------------------------------- */
+
+/* Hand-made blocks against the layout written out here (docs/FORMATS.md): value j has low
+ * nibble qs[j % 16] (low half for j < 16), fifth bit j of the little-endian qh word. Codes
+ * q_j = (7 * j + 3) % 32 cover both halves and both fifth-bit values. */
+static void test_q5(void) {
+    CHECK(rl_type_get(RL_Q5_0)->size == 22 && rl_type_get(RL_Q5_1)->size == 24 &&
+          rl_type_get(RL_Q5_0)->blck == 32 && rl_row_bytes(RL_Q5_1, 320) == 240, "Q5 geometry");
+    CHECK(rl_type_computable(RL_Q5_0) && rl_type_computable(RL_Q5_1) &&
+          rl_type_from_name("q5_1") == RL_Q5_1 && rl_type_from_name("Q5_0") == RL_Q5_0, "Q5 names");
+    CHECK(!rl_pack_supported(RL_Q5_0, 8, 256) && rl_mm_row_tile(RL_Q5_1) == 4, "Q5 not packed");
+    for (int t = 0; t < 2; t++) {
+        uint32_t type = t ? RL_Q5_1 : RL_Q5_0;
+        size_t qh = t ? 4 : 2;
+        uint8_t blk[24] = {0};
+        int code[32];
+        uint32_t bits = 0;
+        for (int j = 0; j < 32; j++) {
+            code[j] = (7 * j + 3) % 32;
+            blk[qh + 4 + j % 16] |= (uint8_t)((code[j] & 15) << (j < 16 ? 0 : 4));
+            bits |= (uint32_t)(code[j] >> 4) << j;
+        }
+        for (int k = 0; k < 4; k++) blk[qh + k] = (uint8_t)(bits >> (8 * k));
+        put_f16(blk, 0.25f);
+        if (t) put_f16(blk + 2, -1.5f);
+        float y[32];
+        rl_dequant_row(type, blk, y, 32);
+        int bad = 0;
+        for (int j = 0; j < 32; j++) bad += y[j] != (t ? 0.25f * code[j] - 1.5f : 0.25f * (code[j] - 16));
+        CHECK(bad == 0, "%s hand-made block decodes wrong at %d places", rl_type_name(type), bad);
+        /* values on the block's own grid survive quantization exactly (the largest-magnitude
+         * value -4 = 0.25 * -16 fixes Q5_0's d; min -1.5 and max 6.25 fix Q5_1's d and m) */
+        float x[32];
+        for (int j = 0; j < 32; j++) x[j] = y[j];
+        if (!t) x[5] = -4.0f;
+        else {
+            x[5] = -1.5f;
+            x[6] = 0.25f * 31 - 1.5f;
+        }
+        uint8_t q[24];
+        rl_quant_row(type, x, q, 32);
+        rl_dequant_row(type, q, y, 32);
+        bad = 0;
+        for (int j = 0; j < 32; j++) bad += y[j] != x[j];
+        CHECK(bad == 0, "%s on-grid values off at %d places after a round trip", rl_type_name(type), bad);
+
+        /* the exact reference matmul against a float64 dot of the dequantized rows (row of 320
+         * values: the shipped model's width, not a multiple of 256) */
+        enum { R = 6, N = 320 };
+        size_t rb = rl_row_bytes(type, N);
+        static uint8_t wq[R * 24 * (N / 32)];
+        static float xa[N], wr[N], ym[R];
+        for (size_t r = 0; r < R; r++) random_row(type, wq + r * rb, N);
+        for (size_t i = 0; i < N; i++) xa[i] = rnd_gauss();
+        rl_mm m = {.type = type, .w = wq, .row_bytes = rb, .n = N, .S = 1, .x = xa, .y = ym, .ys = R};
+        rl_mm_rows_ref(&m, 0, R);
+        bad = 0;
+        for (size_t r = 0; r < R; r++) {
+            rl_dequant_row(type, wq + r * rb, wr, N);
+            double dot = 0, mag = 0;
+            for (size_t i = 0; i < N; i++) {
+                dot += (double)wr[i] * xa[i];
+                mag += fabs((double)wr[i] * xa[i]);
+            }
+            bad += fabs(ym[r] - dot) > 1e-6 * mag;
+        }
+        CHECK(bad == 0, "%s exact reference matmul off the float64 dot on %d rows", rl_type_name(type), bad);
+    }
 }
 
 /* A build whose compiler targets SIMD must not silently run the scalar fallback. */
@@ -755,6 +834,7 @@ int main(int argc, char **argv) {
     test_packed();
     test_int_extremes();
     test_rq2();
+    test_q5();
     test_weighted();
     test_simd_selected();
     return check_report("test_quant");

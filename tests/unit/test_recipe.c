@@ -26,13 +26,15 @@ static uint32_t ty(const rl_recipe_ctx *c, const char *name, uint32_t n_dims, ui
 }
 
 /* Every tensor of the model under file type `ft`; `mix` true when the _M rules should apply
- * (expect Q6_K on the hand-written layers and the head), base = the type of everything else. */
+ * (expect Q6_K on the hand-written layers), base = the type of everything else. The head is
+ * Q6_K in every quantized file type but Q8_0 (llama.cpp's output rule) unless pure. */
 static void check_tinyllama(const char *ftname, uint32_t base, bool mix, bool pure) {
     const rl_ftype *ft = rl_ftype_find(ftname);
     CHECK(ft != NULL, "file type %s known", ftname);
     if (!ft) return;
     rl_recipe_ctx c = {ft, N_LAYER, true, pure};
-    uint32_t head = mix ? RL_Q6_K : base;
+    bool quantized = base != RL_F32 && base != RL_F16 && base != RL_BF16;
+    uint32_t head = quantized && !pure && base != RL_Q8_0 ? RL_Q6_K : base;
     CHECK(ty(&c, "token_embd.weight", 2, 2048, 32000) == base, "%s token_embd", ftname);
     CHECK(ty(&c, "output.weight", 2, 2048, 32000) == head, "%s output", ftname);
     CHECK(ty(&c, "output_norm.weight", 1, 2048, 1) == RL_F32, "%s output_norm", ftname);
@@ -69,6 +71,9 @@ static void test_tinyllama(void) {
     check_tinyllama("Q6_K", RL_Q6_K, false, false);
     check_tinyllama("Q8_0", RL_Q8_0, false, false);
     check_tinyllama("Q4_0", RL_Q4_0, false, false);
+    check_tinyllama("Q5_0", RL_Q5_0, false, false);
+    check_tinyllama("Q5_1", RL_Q5_1, false, false);
+    check_tinyllama("Q4_0", RL_Q4_0, false, true);
     check_tinyllama("F16", RL_F16, false, false);
     check_tinyllama("BF16", RL_BF16, false, false);
     check_tinyllama("F32", RL_F32, false, false);
@@ -94,15 +99,48 @@ static void test_tied_and_fallback(void) {
     c.pure = true;
     CHECK(ty(&c, "token_embd.weight", 2, 2048, 128256) == RL_Q4_K, "pure tied token_embd");
     c.pure = false;
-    /* rows of 128 / 352 values (the draft model) cannot hold a 256-value K block: Q8_0 */
-    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 128, 128) == RL_Q8_0, "Q4_K fallback");
+    /* rows of 128 / 320 / 352 values (the draft and small models) cannot hold a 256-value K
+     * block: llama.cpp's tensor_type_fallback table (llama-quant.cpp) is Q4_K -> Q5_0,
+     * Q5_K -> Q5_1, Q6_K -> Q8_0 */
+    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 128, 128) == RL_Q5_0, "Q4_K fallback");
+    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 320, 320) == RL_Q5_0, "Q4_K fallback, 320 columns");
     CHECK(ty(&c, "blk.0.ffn_down.weight", 2, 352, 128) == RL_Q8_0, "Q6_K fallback");
+    CHECK(ty(&c, "blk.2.ffn_down.weight", 2, 352, 128) == RL_Q5_0, "ffn_down of a plain layer");
+    CHECK(ty(&c, "blk.2.ffn_down.weight", 2, 768, 320) == RL_Q4_K, "768 = 3 * 256 fits");
+    /* the head's rule: ne[0] not a multiple of Q4_K's block -> Q8_0 */
     CHECK(ty(&c, "output.weight", 2, 320, 4096) == RL_Q8_0, "head fallback");
     /* not even 32 divides 100: F16 */
     CHECK(ty(&c, "blk.1.attn_q.weight", 2, 100, 128) == RL_F16, "F16 fallback");
+    c.ft = rl_ftype_find("Q5_K_M");
+    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 320, 320) == RL_Q5_1, "Q5_K fallback");
+    CHECK(ty(&c, "blk.0.attn_v.weight", 2, 320, 64) == RL_Q8_0, "Q5_K_M attn_v: Q6_K -> Q8_0");
+    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 80, 320) == RL_F16, "Q5_1 does not fit 80 either");
+    c.pure = true; /* --pure skips the mix, not the fallback (as llama.cpp) */
+    CHECK(ty(&c, "token_embd.weight", 2, 320, 4096) == RL_Q5_1, "pure Q5_K_M tied head");
+    CHECK(ty(&c, "blk.0.attn_v.weight", 2, 320, 64) == RL_Q5_1, "pure Q5_K_M attn_v");
+    c.pure = false;
+    c.ft = rl_ftype_find("Q6_K");
+    CHECK(ty(&c, "blk.1.attn_q.weight", 2, 320, 320) == RL_Q8_0, "Q6_K fallback");
     c.ft = rl_ftype_find("Q4_0");
     CHECK(ty(&c, "blk.1.attn_q.weight", 2, 48, 128) == RL_F16, "Q4_0 fallback");
     CHECK(ty(&c, "blk.1.attn_q.weight", 2, 64, 128) == RL_Q4_0, "Q4_0 fits");
+    /* Q4_0's head (here the tied token_embd): Q6_K, which a 320-value row cannot hold -> Q8_0;
+     * 512 holds it; a row of 48 (not a multiple of Q4_0's 32) -> Q8_0, which does not fit
+     * either -> F16 */
+    CHECK(ty(&c, "token_embd.weight", 2, 320, 4096) == RL_Q8_0, "Q4_0 tied head, 320");
+    CHECK(ty(&c, "token_embd.weight", 2, 512, 4096) == RL_Q6_K, "Q4_0 tied head, 512");
+    CHECK(ty(&c, "token_embd.weight", 2, 48, 4096) == RL_F16, "Q4_0 tied head, 48");
+    c.has_output = true;
+    CHECK(ty(&c, "token_embd.weight", 2, 512, 4096) == RL_Q4_0, "Q4_0 untied token_embd");
+    CHECK(ty(&c, "output.weight", 2, 512, 4096) == RL_Q6_K, "Q4_0 output");
+    c.has_output = false;
+    c.ft = rl_ftype_find("Q8_0");
+    CHECK(ty(&c, "token_embd.weight", 2, 320, 4096) == RL_Q8_0, "Q8_0 head stays Q8_0");
+    c.ft = rl_ftype_find("RQ2"); /* rawloop's own type: its own token_embd rule, no head rule */
+    CHECK(ty(&c, "token_embd.weight", 2, 320, 4096) == RL_Q8_0, "RQ2 token_embd");
+    CHECK(ty(&c, "blk.0.ffn_up.weight", 2, 96, 768) == RL_Q8_0, "RQ2: 64 does not divide 96 -> Q8_0");
+    CHECK(ty(&c, "blk.0.ffn_up.weight", 2, 768, 320) == RL_RQ2, "RQ2 fits");
+    c.ft = rl_ftype_find("Q4_0");
     /* 3-D (expert) tensors follow ne[0] like matrices; 1-D stays F32 whatever its name */
     uint64_t ne3[4] = {256, 64, 8, 1};
     CHECK(rl_recipe_type(&c, "blk.0.ffn_up_exps.weight", 3, ne3) == RL_Q4_0, "3-D");
@@ -120,7 +158,8 @@ static void test_table(void) {
     CHECK(rl_ftype_find("") == NULL, "empty name");
     /* llama_ftype numbers readers use to label the file */
     static const struct { const char *n; uint32_t v; } ft[] = {
-        {"F32", 0}, {"F16", 1}, {"Q4_0", 2}, {"Q8_0", 7}, {"Q4_K", 14}, {"Q4_K_M", 15},
+        {"F32", 0}, {"F16", 1}, {"Q4_0", 2}, {"Q8_0", 7}, {"Q5_0", 8}, {"Q5_1", 9},
+        {"Q4_K", 14}, {"Q4_K_M", 15},
         {"Q5_K", 16}, {"Q5_K_M", 17}, {"Q6_K", 18}, {"BF16", 32}};
     for (size_t i = 0; i < sizeof ft / sizeof *ft; i++) {
         const rl_ftype *f = rl_ftype_find(ft[i].n);
@@ -131,10 +170,36 @@ static void test_table(void) {
     CHECK(n == sizeof ft / sizeof *ft, "%zu file types listed", n);
 }
 
+/* Recipe files: an explicit type takes the same fallback as a file type's choice. */
+static void test_rules_fallback(void) {
+    static const char text[] = "blk.*.ffn_down.weight Q4_K\nblk.*.attn_q.weight q5_k\n"
+                               "blk.*.attn_k.weight Q6_K\nblk.*.attn_v.weight Q5_0\n* Q5_1\n";
+    rl_recipe_rules r;
+    rl_err e = {0};
+    CHECK(rl_recipe_parse(&r, text, sizeof text - 1, "t.recipe", &e) == 0, "parse: %s", e.msg);
+    static const struct { const char *name; uint64_t ne0; uint32_t want; size_t line; } cases[] = {
+        {"blk.0.ffn_down.weight", 320, RL_Q5_0, 1}, {"blk.0.ffn_down.weight", 768, RL_Q4_K, 1},
+        {"blk.0.attn_q.weight", 320, RL_Q5_1, 2},   {"blk.0.attn_k.weight", 320, RL_Q8_0, 3},
+        {"blk.0.attn_v.weight", 320, RL_Q5_0, 4},   {"blk.0.attn_v.weight", 40, RL_F16, 4},
+        {"output.weight", 96, RL_Q5_1, 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        uint64_t ne[4] = {cases[i].ne0, 64, 1, 1};
+        rl_recipe_choice ch;
+        int rc = rl_recipe_choose(NULL, &r, cases[i].name, 2, ne, &ch, &e);
+        CHECK(rc == 0 && ch.type == cases[i].want && ch.line == cases[i].line,
+              "%s ne0=%llu: got %s (line %zu), want %s", cases[i].name,
+              (unsigned long long)cases[i].ne0, rl_type_name(ch.type), ch.line, rl_type_name(cases[i].want));
+    }
+    CHECK(rl_recipe_file_type(&r) == 9, "catch-all Q5_1 -> llama_ftype MOSTLY_Q5_1 (9)");
+    rl_recipe_free(&r);
+}
+
 int main(void) {
     test_tinyllama();
     test_more_bits();
     test_tied_and_fallback();
     test_table();
+    test_rules_fallback();
     return check_report("test_recipe");
 }
