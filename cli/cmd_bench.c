@@ -12,6 +12,7 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop bench [-m FILE] [-p 512] [-n 128] [-r 5] [-t N] [-d 0] [--json] [--exact] [--profile]\n"
+        "                    [--prefill exact|fast|auto] [--autotune]\n"
         "  -p N        prompt-processing test of N tokens (0 skips it)\n"
         "  -n N        generation test of N tokens (0 skips it)\n"
         "  -r N        repetitions (median and standard deviation reported)\n"
@@ -26,6 +27,9 @@ static void usage(FILE *out) {
         "              its time, share of the token, bytes read and GB/s\n"
         "  --device D  cpu, cuda or auto (default)\n"
         "  --kv-type T f16 (default), f32, or q8 (8-bit blocks of 32, CPU only) KV cache\n"
+        "  --autotune  GPU: time tg (-n, -r, -d) under each setting of the tile knobs (warps\n"
+        "              per matvec block, blocks per SM, and with -d >= 1024 the attention split\n"
+        "              cap), each on a new backend, and print the fastest as an export line\n"
         "  --prefill M exact (bit-identical to decoding token by token), fast (GPU: fp16\n"
         "              tensor-core GEMMs, same quality class, not the same bits) or auto\n"
         "              (default: fast on the GPU unless --exact; the CPU is always exact)\n");
@@ -53,15 +57,87 @@ static stats summarize(double *v, size_t n) {
     return s;
 }
 
+/* Median tg rate of ng tokens after depth tokens of context, reps times. */
+static int time_tg(rl_backend *be, const int32_t *toks, long ng, long reps, long depth, float *lg,
+                   double *tps, rl_err *e) {
+    double v[64];
+    if (reps > 64) reps = 64;
+    if (rl_backend_forward(be, toks, 1, 0, lg, false, e)) return -1; /* warm-up */
+    for (long rep = 0; rep < reps; rep++) {
+        if (depth > 0 && rl_backend_forward(be, toks, (size_t)depth, 0, NULL, false, e)) return -1;
+        double t0 = cli_now();
+        for (long i = 0; i < ng; i++)
+            if (rl_backend_forward(be, toks + i, 1, (size_t)(depth + i), lg, false, e)) return -1;
+        v[rep] = ng / (cli_now() - t0);
+    }
+    *tps = summarize(v, (size_t)reps).median;
+    return 0;
+}
+
+/* --autotune: the GPU's tile knobs (docs/CUDA.md, "Knobs") tried on this machine and model,
+ * each setting on a freshly opened backend (the knobs are read at open); prints every
+ * setting's tg rate and the environment line that selects the fastest. Attention's split cap
+ * only matters with context, so it is tried only with -d >= 1024. */
+static int autotune(cli_session *s, const rl_backend_opts *co, long ng, long reps, long depth,
+                    const int32_t *toks, float *lg) {
+    static const int warps[] = {4, 8}, blocks[] = {2, 4, 8}, splits[] = {16, 32, 64};
+    const char *names[] = {"RL_CUDA_MV_WARPS", "RL_CUDA_MV_BLOCKS", "RL_CUDA_ATT_MAXSPLIT"};
+    char *saved[3];
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(names[i]);
+        saved[i] = v ? strdup(v) : NULL;
+    }
+    int nsplit = depth >= 1024 ? 3 : 1, best[3] = {0, 0, 0}, rc = 0;
+    double best_tps = 0;
+    rl_err e = {{0}};
+    printf("autotune: %s, tg%ld at depth %ld, median of %ld, each setting on a new backend\n\n"
+           "| %s | %s | %s | tg t/s |\n| ---: | ---: | ---: | ---: |\n", s->be.name, ng, depth,
+           reps, names[0], names[1], nsplit > 1 ? names[2] : "(ATT_MAXSPLIT: -d < 1024, kept)");
+    for (int w = 0; w < 2 && !rc; w++)
+        for (int b = 0; b < 3 && !rc; b++)
+            for (int a = 0; a < nsplit && !rc; a++) {
+                char buf[3][16];
+                snprintf(buf[0], sizeof buf[0], "%d", warps[w]);
+                snprintf(buf[1], sizeof buf[1], "%d", blocks[b]);
+                snprintf(buf[2], sizeof buf[2], "%d", splits[nsplit > 1 ? a : 1]);
+                for (int i = 0; i < 3; i++)
+                    if (i < 2 || nsplit > 1) setenv(names[i], buf[i], 1);
+                rl_backend_close(&s->be);
+                double tps = 0;
+                if (rl_backend_open(&s->be, &s->model, co, &e) || time_tg(&s->be, toks, ng, reps, depth, lg, &tps, &e)) {
+                    fprintf(stderr, "rawloop: autotune: %s\n", e.msg);
+                    rc = -1;
+                    break;
+                }
+                printf("| %s | %s | %s | %.2f |\n", buf[0], buf[1], nsplit > 1 ? buf[2] : "-", tps);
+                fflush(stdout);
+                if (tps > best_tps) {
+                    best_tps = tps;
+                    best[0] = warps[w], best[1] = blocks[b], best[2] = splits[nsplit > 1 ? a : 1];
+                }
+            }
+    for (int i = 0; i < 3; i++) { /* the caller's environment as it was */
+        if (saved[i]) setenv(names[i], saved[i], 1);
+        else unsetenv(names[i]);
+        free(saved[i]);
+    }
+    if (rc) return -1;
+    printf("\nfastest: %.2f tok/s with\n  export %s=%d %s=%d", best_tps, names[0], best[0], names[1], best[1]);
+    if (nsplit > 1) printf(" %s=%d", names[2], best[2]);
+    printf("\n(the shipped defaults are %s=8 %s=8 %s=32; knobs are read when a backend opens)\n",
+           names[0], names[1], names[2]);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"n-prompt", 1, 0, 'p'}, {"n-gen", 1, 0, 'n'},
         {"repetitions", 1, 0, 'r'}, {"threads", 1, 0, 't'}, {"depth", 1, 0, 'd'},
         {"batch", 1, 0, 'b'}, {"json", 0, 0, 'j'}, {"exact", 0, 0, 'x'},
-        {"no-ceiling", 0, 0, 'C'}, {"profile", 0, 0, 'P'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"prefill", 1, 0, 'F'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"no-ceiling", 0, 0, 'C'}, {"profile", 0, 0, 'P'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"prefill", 1, 0, 'F'}, {"autotune", 0, 0, 'A'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL;
     long np = 512, ng = 128, reps = 5, depth = 0, v;
-    bool json = false, no_ceiling = false, profile = false;
+    bool json = false, no_ceiling = false, profile = false, tune = false;
     rl_backend_opts co = {0};
     int c;
     optind = 1;
@@ -81,6 +157,7 @@ int cmd_bench(int argc, char **argv) {
         case 'D': if (cli_parse_device(optarg, &co.device)) return 2; break;
         case 'K': if (cli_parse_kv_type(optarg, &co.kv_type)) return 2; break;
         case 'F': if (cli_parse_prefill(optarg, &co.prefill)) return 2; break;
+        case 'A': tune = true; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -101,6 +178,13 @@ int cmd_bench(int argc, char **argv) {
         cli_session_close(&s);
         return 1;
     }
+    if (tune && (s.be.device != RL_DEVICE_CUDA || ng < 1 || json || profile)) {
+        fprintf(stderr, "rawloop: --autotune %s\n", s.be.device != RL_DEVICE_CUDA
+                ? "tunes the GPU's tile knobs; this backend has none (use --device cuda)"
+                : ng < 1 ? "needs a generation test (-n > 0)" : "prints its own table (no --json/--profile)");
+        cli_session_close(&s);
+        return 1;
+    }
     const rl_config *cfg = &s.model.cfg;
     size_t nt = s.be.n_threads;
     int rc = 1;
@@ -114,6 +198,10 @@ int cmd_bench(int argc, char **argv) {
     for (size_t i = 0; i < n_tok; i++) {
         r ^= r << 13; r ^= r >> 7; r ^= r << 17;
         toks[i] = (int32_t)(r % cfg->n_vocab);
+    }
+    if (tune) {
+        rc = autotune(&s, &co, ng, reps, depth, toks, lg) ? 1 : 0;
+        goto out;
     }
     if (!json) fprintf(stderr, "rawloop: warming up\n");
     /* warm-up: on the GPU the whole prompt once (the first GEMMs of a size load their kernels) */

@@ -258,6 +258,25 @@ static void seg(rl_mv_seg *s, const rl_dmat *w, const float *bias, float *y, uin
     s->rope = rope;
 }
 
+/* The attention arguments every use shares: layer l's cache, norms and the model's shape. */
+static void att_layer(const rl_cuda *c, size_t l, rl_att_args *t) {
+    const rl_config *cfg = &c->m->cfg;
+    const dlayer *L = &c->lay[l];
+    memset(t, 0, sizeof *t);
+    t->kc = c->kc + l * c->n_ctx * c->kv_dim;
+    t->vc = c->vc + l * c->n_ctx * c->kv_dim;
+    t->q_norm = L->q_norm;
+    t->k_norm = L->k_norm;
+    t->inv_freq = c->inv_freq;
+    t->n_head = (int)cfg->n_head;
+    t->n_head_kv = (int)cfg->n_head_kv;
+    t->hd = (int)cfg->head_dim;
+    t->rope_dim = (int)cfg->rope_dim;
+    t->n_ctx = (int)c->n_ctx;
+    t->neox = cfg->rope_neox;
+    t->eps = cfg->norm_eps;
+}
+
 static int enqueue(rl_cuda *c, int ns, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
     int D = (int)cfg->n_embd, F = (int)cfg->n_ff, V = (int)cfg->n_vocab, rc = 0;
@@ -299,30 +318,18 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
         mark(c, fold ? "qkv+rope+kv" : "qkv", dmat_bytes(&L->wq) + dmat_bytes(&L->wk) + dmat_bytes(&L->wv));
         /* rope + cache write (unless folded), then attention */
         rl_att_args t;
-        memset(&t, 0, sizeof t);
+        att_layer(c, l, &t);
         t.q = c->q;
         t.k = c->k;
         t.v = c->v;
-        t.kc = kc;
-        t.vc = vc;
-        t.q_norm = L->q_norm;
-        t.k_norm = L->k_norm;
-        t.inv_freq = c->inv_freq;
         t.part = c->part;
         t.out = c->att;
         t.count = c->count;
         t.io = c->io;
-        t.n_head = (int)cfg->n_head;
-        t.n_head_kv = (int)cfg->n_head_kv;
-        t.hd = (int)cfg->head_dim;
-        t.rope_dim = (int)cfg->rope_dim;
-        t.n_ctx = (int)c->n_ctx;
         t.n_split = c->n_split;
         t.split = c->knobs.att_split;
         t.split_max = c->split_max;
         t.max_split = c->knobs.att_max_split;
-        t.neox = cfg->rope_neox;
-        t.eps = cfg->norm_eps;
         t.n_tok = ns;
         t.tok_stride = (int)c->qkv_dim;
         if (!fold) {
@@ -559,22 +566,10 @@ static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
             pf_gemm(c, &L->wv, c->pa16, D, N, c->pqkv + Q + KV, NQKV, 0.0f, "wv", e))
             return -1;
         rl_att_args t;
-        memset(&t, 0, sizeof t);
+        att_layer(c, l, &t);
         t.q = c->pqkv;
         t.k = c->pqkv + Q;
         t.v = c->pqkv + Q + KV;
-        t.kc = c->kc + l * c->n_ctx * c->kv_dim;
-        t.vc = c->vc + l * c->n_ctx * c->kv_dim;
-        t.q_norm = L->q_norm;
-        t.k_norm = L->k_norm;
-        t.inv_freq = c->inv_freq;
-        t.n_head = (int)cfg->n_head;
-        t.n_head_kv = (int)cfg->n_head_kv;
-        t.hd = (int)cfg->head_dim;
-        t.rope_dim = (int)cfg->rope_dim;
-        t.n_ctx = (int)c->n_ctx;
-        t.neox = cfg->rope_neox;
-        t.eps = cfg->norm_eps;
         t.n_tok = N;
         t.tok_stride = NQKV;
         t.pos0 = (int)pos0;

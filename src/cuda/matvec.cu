@@ -174,7 +174,8 @@ template <int T> struct mv_tr {
  * scales, so a chunk's term is the CPU's bit for bit; only the order the terms are summed
  * differs. */
 __host__ __device__ constexpr bool q8_ok(int T) {
-    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_Q4_K || T == RL_Q5_K || T == RL_Q6_K || T == RL_RQ2;
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_Q5_0 || T == RL_Q5_1 || T == RL_Q4_K || T == RL_Q5_K ||
+           T == RL_Q6_K || T == RL_RQ2;
 }
 
 template <int T> struct raw_chunk {
@@ -309,7 +310,21 @@ template <int T>
 __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, int c, const int *xw,
                                            float xd, int xsum) {
     const int sb = c % 8;
-    if constexpr (T == RL_Q4_K || T == RL_Q5_K) {
+    if constexpr (T == RL_Q5_0 || T == RL_Q5_1) {
+        /* the CPU reference's terms (src/quant.c ref_fast_dot): (d·dx)·dot with Q5_0's -16 inside
+         * the integer dot, and for Q5_1 m·s, s = dx·(float)Σx */
+        constexpr bool ONE = T == RL_Q5_1;
+        const uint8_t *b = w + (size_t)c * (ONE ? 24 : 22);
+        uint32_t q[8];
+        q5_words<ONE>(b, q);
+        int dot = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) dot = __dp4a((int)q[k], xw[k], dot);
+        if (!ONE) dot -= 16 * xsum;
+        float t = __fmul_rn(__fmul_rn(ldh(b), xd), (float)dot);
+        if (ONE) t = __fadd_rn(t, __fmul_rn(ldh(b + 2), __fmul_rn(xd, (float)xsum)));
+        return t;
+    } else if constexpr (T == RL_Q4_K || T == RL_Q5_K) {
         constexpr bool FIVE = T == RL_Q5_K;
         const uint8_t *b = w + (size_t)(c / 8) * (FIVE ? 176 : 144);
         const uint4 *qp = (const uint4 *)(b + (FIVE ? 48 : 16) + 32 * (sb / 2));
@@ -755,6 +770,8 @@ static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8, bool lut, int ns) {
     case RL_BF16: return mv_pick<RL_BF16>(glu, q8, ns);
     case RL_Q4_0: return mv_pick<RL_Q4_0>(glu, q8, ns);
     case RL_Q8_0: return mv_pick<RL_Q8_0>(glu, q8, ns);
+    case RL_Q5_0: return mv_pick<RL_Q5_0>(glu, q8, ns);
+    case RL_Q5_1: return mv_pick<RL_Q5_1>(glu, q8, ns);
     case RL_Q4_K: return mv_pick<RL_Q4_K>(glu, q8, ns);
     case RL_Q5_K: return mv_pick<RL_Q5_K>(glu, q8, ns);
     default: return mv_pick<RL_Q6_K>(glu, q8, ns);
@@ -764,7 +781,7 @@ static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8, bool lut, int ns) {
 bool rl_mv_q8(uint32_t type) { return q8_ok((int)type); }
 
 /* The weight types this backend has kernels for: the one list (mv_kernel_for dispatches it). */
-static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
 
 bool rl_mv_type_ok(uint32_t type) {
     for (uint32_t t : k_types)
@@ -868,6 +885,8 @@ __global__ void embed_kernel(const rl_dmat m, const rl_cuda_io *io, float *x) {
     case RL_BF16: embed_t<RL_BF16>(m, tok, x); break;
     case RL_Q4_0: embed_t<RL_Q4_0>(m, tok, x); break;
     case RL_Q8_0: embed_t<RL_Q8_0>(m, tok, x); break;
+    case RL_Q5_0: embed_t<RL_Q5_0>(m, tok, x); break;
+    case RL_Q5_1: embed_t<RL_Q5_1>(m, tok, x); break;
     case RL_Q4_K: embed_t<RL_Q4_K>(m, tok, x); break;
     case RL_Q5_K: embed_t<RL_Q5_K>(m, tok, x); break;
     case RL_Q6_K: embed_t<RL_Q6_K>(m, tok, x); break;

@@ -19,6 +19,15 @@ static float frand(void) { /* uniform in [-1, 1) */
     return (float)((rs >> 11) * 0x1p-53 * 2.0 - 1.0);
 }
 
+/* Output r of a launch in mode (0 store, 1 add onto init, 2 SwiGLU of the two halves) from the
+ * float64 reference dots. */
+static double expected(const double *ref, const double *init, size_t rows, int mode, size_t r) {
+    double v = ref[r];
+    if (mode == 1) v += init[r];
+    if (mode == 2) v = ref[r] / (1.0 + exp(-ref[r])) * ref[r + rows / 2];
+    return v;
+}
+
 /* One GPU run of the matvec (y gets its output) against ref (init: y's values before it, the
  * residual of mode 1), then a second run that must give the same bits. dn names the variant. */
 static void check_gpu(uint32_t type, const uint8_t *w, size_t rows, size_t cols, const float *x,
@@ -27,26 +36,13 @@ static void check_gpu(uint32_t type, const uint8_t *w, size_t rows, size_t cols,
     size_t out = mode == 2 ? rows / 2 : rows, rb = rl_row_bytes(type, cols);
     for (size_t r = 0; r < out; r++) y[r] = (float)init[r];
     double mx = 0, err = 0;
-    for (size_t r = 0; r < out; r++) {
-        double v = ref[r];
-        if (mode == 1) v += init[r];
-        if (mode == 2) {
-            double g = ref[r], u = ref[r + rows / 2];
-            v = g / (1.0 + exp(-g)) * u;
-        }
-        if (fabs(v) > mx) mx = fabs(v);
-    }
+    for (size_t r = 0; r < out; r++) mx = fmax(mx, fabs(expected(ref, init, rows, mode, r)));
     rl_err e = {{0}};
     int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, nw, 1e-5f, mode, fast, y, &e);
     CHECK(rc == 0, "%s: %s", rl_type_name(type), e.msg);
     int bad = 0;
     for (size_t r = 0; r < out; r++) {
-        double v = ref[r];
-        if (mode == 1) v += init[r];
-        if (mode == 2) {
-            double g = ref[r], u = ref[r + rows / 2];
-            v = g / (1.0 + exp(-g)) * u;
-        }
+        double v = expected(ref, init, rows, mode, r);
         if (!isfinite(y[r])) bad++;
         double d = fabs((double)y[r] - v);
         if (d > err) err = d;
@@ -150,7 +146,7 @@ int main(void) {
         printf("test_cuda: no CUDA device, skipped\n");
         return 77;
     }
-    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
     const size_t shapes[][2] = {{1, 256}, {77, 512}, {1000, 2048}, {256, 5632}};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
