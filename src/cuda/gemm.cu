@@ -9,6 +9,7 @@
 #include <cublas_api.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "kernels.h"
 
@@ -55,7 +56,15 @@ int rl_gemm_open(rl_gemm **out, cudaStream_t st, char *why, size_t why_cap) {
         dlclose(lib);
         return -1;
     }
-    *out = new rl_gemm(g);
+    rl_gemm *h = (rl_gemm *)malloc(sizeof *h);
+    if (!h) {
+        snprintf(why, why_cap, "out of memory");
+        g.destroy(g.h);
+        dlclose(lib);
+        return -1;
+    }
+    *h = g;
+    *out = h;
     return 0;
 }
 
@@ -63,7 +72,7 @@ void rl_gemm_close(rl_gemm *g) {
     if (!g) return;
     g->destroy(g->h);
     dlclose(g->lib);
-    delete g;
+    free(g);
 }
 
 /* Row-major C[t][r] = beta * C[t][r] + sum_k A[t][k] * W[r][k] (fp16 in, fp32 accumulate and

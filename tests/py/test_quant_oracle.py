@@ -1,7 +1,7 @@
 """Weight formats against the gguf Python package (the independent oracle).
 
 rawloop's reference dequantizer must reproduce gguf.quants.dequantize bit for bit on random
-blocks, and its Q8_0 / Q4_0 quantizers must produce the same bytes as gguf.quants.quantize.
+blocks, and its Q8_0 / Q4_0 / Q5_0 / Q5_1 quantizers must produce the same bytes as gguf.quants.quantize.
 build/test_quant has a tool mode (`dequant TYPE in out`, `quant TYPE in out`) that exposes the C
 functions to this test."""
 import subprocess
@@ -67,7 +67,7 @@ def test_dequant_matches_gguf(tname, tmp_path):
     assert bad.size == 0, f"{bad.size} values differ, first at {bad[0]}: {ours[~nan][bad[0]]} vs {ref[~nan][bad[0]]}"
 
 
-@pytest.mark.parametrize("tname", ["Q8_0", "Q4_0", "F16", "BF16"])
+@pytest.mark.parametrize("tname", ["Q8_0", "Q4_0", "Q5_0", "Q5_1", "F16", "BF16"])
 def test_quant_matches_gguf(tname, tmp_path):
     rng = np.random.default_rng(99)
     n = 32 * 8192
@@ -75,8 +75,10 @@ def test_quant_matches_gguf(tname, tmp_path):
     x[: n // 4] *= 1e-3                     # small magnitudes (fp16 scale rounding)
     x[n // 4: n // 2] *= 50.0               # large ones
     x[1024:1056] = 0.0                      # an all-zero block (d = 0 path)
-    x[2048:2080] = np.float32(0.25)          # ties in the arg-max / exact grid points
+    x[2048:2080] = np.float32(0.25)          # ties in the arg-max / exact grid points (Q5_1: max == min)
     x[4096:4128] = -np.arange(32, dtype=np.float32)
+    x[4128:4160] = np.arange(32, dtype=np.float32) * 0.5 - 3   # both signs, ties at .5 steps
+    x[8192:8224] = rng.standard_t(2, 32).astype(np.float32)    # one outlier dominates
     ours = run_tool("quant", tname, x.tobytes(), tmp_path)
     if tname == "F16":
         ref = x.astype(np.float16).tobytes()
