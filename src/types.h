@@ -64,7 +64,7 @@ const char *rl_type_name(uint32_t type);
 bool rl_type_is_float(uint32_t type);
 
 /* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q5_1 Q4_K Q5_K Q6_K
- * RQ2). Q5_0 / Q5_1 have CPU kernels only (the CUDA backend refuses them). */
+ * RQ2), on the CPU and the GPU. */
 bool rl_type_computable(uint32_t type);
 
 /* True for ids in rawloop's reserved range [RL_RAWLOOP_TYPE_BASE, RL_RAWLOOP_TYPE_LIMIT),

@@ -312,12 +312,10 @@ __global__ void __launch_bounds__(PF_Q * 32) attention_prefill_kernel(const rl_a
 int rl_attention_prefill_launch(const rl_att_args *a, __half *out, cudaStream_t st) {
     if (a->hd > PF_DMAX || a->hd % 2) return (int)cudaErrorInvalidValue;
     size_t smem = (size_t)(32 * (a->hd + 1) + 32 * a->hd + PF_Q * a->hd) * sizeof(float);
-    static size_t raised = 0; /* the kernel's dynamic shared-memory limit, raised once as needed */
-    if (smem > 48 * 1024 && smem > raised) {
+    if (smem > 48 * 1024) { /* per call: cheap, and right for whichever device is current */
         cudaError_t err = cudaFuncSetAttribute(attention_prefill_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
-        raised = smem;
     }
     dim3 grid((a->n_tok + PF_Q - 1) / PF_Q, a->n_head);
     attention_prefill_kernel<<<grid, PF_Q * 32, smem, st>>>(*a, out);

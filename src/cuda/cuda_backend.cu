@@ -25,7 +25,7 @@ struct rl_cuda {
     const rl_model *m;
     int n_sm;
     size_t n_ctx, q_dim, kv_dim, max_n;
-    int n_split, split_max;
+    int n_split, split_max; /* attention splits per head (at most the knob's cap), widest split */
     rl_cuda_knobs knobs;
     bool fast;        /* 8-bit activations where the weight type has them (not --exact) */
     uint8_t *warena;  /* weights, read-only after upload */
@@ -75,7 +75,8 @@ struct rl_cuda {
     float *px;        /* [chunk][n_embd] residual stream */
     float *pqkv;      /* [chunk][q_dim + 2 kv_dim] */
     float *pgu;       /* [chunk][2 n_ff] gate | up */
-    float *plg;       /* [chunk][n_vocab] (all-logits calls) */
+    float *plg;       /* [plg_rows][n_vocab]: all-logits calls, a group of tokens at a time */
+    size_t plg_rows;
     __half *pa16;     /* [chunk][max(n_embd, q_dim, n_ff)] GEMM input */
     __half *patt;     /* [chunk][q_dim] attention output */
     __half *pw16;     /* [pw16_elems] one matrix group expanded to fp16 */
@@ -414,10 +415,9 @@ static void cuda_free(void *impl) {
     free(c->pev);
     free(c->plabel);
     free(c->pbytes);
+    rl_gemm_close(c->gemm); /* before its stream goes */
     if (c->st) cudaStreamDestroy(c->st);
-    rl_gemm_close(c->gemm);
     cudaFree(c->parena);
-    cudaFree(c->plg);
     cudaFree(c->warena);
     cudaFree(c->aarena);
     cudaFreeHost(c->h_io);
@@ -515,7 +515,12 @@ static int pf_alloc(rl_cuda *c, rl_err *e) {
     size_t o_a = off; off = align256(off + P * wide * 2);
     size_t o_att = off; off = align256(off + P * Q * 2);
     size_t o_w = off; off = align256(off + w * 2);
-    char what[96];
+    /* all-logits calls (perplexity) go through the LM head in groups of tokens whose logits
+     * fit 64 MiB, so the buffer does not grow with the chunk times a 150k vocabulary */
+    size_t V = cfg->n_vocab, g = ((size_t)64 << 20) / (V * 4);
+    c->plg_rows = g < 1 ? 1 : g > P ? P : g;
+    size_t o_lg = off; off = align256(off + c->plg_rows * V * 4);
+    char what[128];
     snprintf(what, sizeof what, "the fast prefill's buffers (chunks of %zu tokens; -b sets it)", P);
     if (dev_alloc((void **)&c->parena, off, what, e)) return -1;
     c->ptok = (int32_t *)(c->parena + o_tok);
@@ -525,15 +530,17 @@ static int pf_alloc(rl_cuda *c, rl_err *e) {
     c->pa16 = (__half *)(c->parena + o_a);
     c->patt = (__half *)(c->parena + o_att);
     c->pw16 = (__half *)(c->parena + o_w);
+    c->plg = (float *)(c->parena + o_lg);
     return 0;
 }
 
-/* Launch-status checks of the prefill: a kernel or GEMM that fails names itself. */
+/* Launch checks of the prefill: a kernel that fails names itself and its CUDA error (the
+ * launchers return cudaError_t); GEMMs are checked by pf_gemm / GEMM_OK (cuBLAS statuses). */
 #define PK(call, what)                                                                          \
     do {                                                                                        \
         int st_ = (call);                                                                       \
-        if (st_) return rl_fail(e, "CUDA: fast prefill: %s failed (status %d: %s)", what, st_,  \
-                                cudaGetErrorString(cudaGetLastError()));                       \
+        if (st_) return rl_fail(e, "CUDA: fast prefill: %s failed: %s", what,                  \
+                                cudaGetErrorString((cudaError_t)st_));                         \
     } while (0)
 
 /* C[t][.] (+)= A[t] . W rows: F16 weights are the GEMM's operand as they lie in the arena; any
@@ -590,32 +597,46 @@ static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
     return 0;
 }
 
-/* Logits of every token of the chunk: final norm, LM head GEMM in row slabs. */
+/* Logits of every token of the chunk: final norm, then per group of plg_rows tokens the LM
+ * head GEMM in row slabs, copied out. */
 static int pf_all_logits(rl_cuda *c, size_t n, float *logits, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
-    const int D = (int)cfg->n_embd, V = (int)cfg->n_vocab, N = (int)n;
-    if (!c->plg) {
-        char what[96];
-        snprintf(what, sizeof what, "the logits of %zu-token prefill chunks", c->pf_chunk);
-        if (dev_alloc((void **)&c->plg, c->pf_chunk * (size_t)V * 4, what, e)) return -1;
-    }
-    PK(rl_rmsnorm_f16_launch(c->px, D, N, c->out_norm, cfg->norm_eps, c->pa16, D, c->st), "output_norm");
-    int slab = (int)(c->pw16_elems / (size_t)D);
-    if (c->out.type == RL_F16) slab = V; /* used in place */
-    for (int v0 = 0; v0 < V; v0 += slab) {
-        int rows = V - v0 < slab ? V - v0 : slab;
-        const __half *W = (const __half *)c->out.q;
-        if (c->out.type != RL_F16) {
-            PK(rl_deq_rows_launch(&c->out, NULL, v0, rows, c->pw16, true, c->st), "LM head expansion");
-            W = c->pw16;
+    const int D = (int)cfg->n_embd, V = (int)cfg->n_vocab;
+    PK(rl_rmsnorm_f16_launch(c->px, D, (int)n, c->out_norm, cfg->norm_eps, c->pa16, D, c->st), "output_norm");
+    int slab = c->out.type == RL_F16 ? V : (int)(c->pw16_elems / (size_t)D); /* F16: in place */
+    for (size_t g0 = 0; g0 < n; g0 += c->plg_rows) {
+        int G = (int)(n - g0 < c->plg_rows ? n - g0 : c->plg_rows);
+        for (int v0 = 0; v0 < V; v0 += slab) {
+            int rows = V - v0 < slab ? V - v0 : slab;
+            const __half *W = (const __half *)c->out.q;
+            if (c->out.type != RL_F16) {
+                PK(rl_deq_rows_launch(&c->out, NULL, v0, rows, c->pw16, true, c->st), "LM head expansion");
+                W = c->pw16;
+            }
+            int st = rl_gemm_f16(c->gemm, W, rows, D, c->pa16 + g0 * D, D, G, c->plg + v0, V, 0.0f);
+            if (st) return rl_fail(e, "CUDA: fast prefill: LM head GEMM failed (cuBLAS status %d)", st);
         }
-        PK(rl_gemm_f16(c->gemm, W, rows, D, c->pa16, D, N, c->plg + v0, V, 0.0f), "LM head GEMM");
+        if (g0 + G == n) {
+            rl_argmax_launch(c->plg + (size_t)(G - 1) * V, V, c->amax, false, c->st);
+            CK(cudaMemcpyAsync(c->h_amax, c->amax, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
+        }
+        /* on the backend's stream (a plain cudaMemcpy would not wait for it: it is non-blocking) */
+        CK(cudaMemcpyAsync(logits + g0 * V, c->plg, (size_t)G * V * sizeof(float), cudaMemcpyDeviceToHost, c->st));
+        CK(cudaStreamSynchronize(c->st));
     }
-    rl_argmax_launch(c->plg + (size_t)(N - 1) * V, V, c->amax, false, c->st);
+    return 0;
+}
+
+/* Rows [first, first + rows) of the device logits into dst (through the pinned buffer; dst NULL:
+ * none), and the argmax into h_amax (rl_cuda_last_argmax); waits for the stream. */
+static int copy_logits(rl_cuda *c, size_t first, size_t rows, float *dst, rl_err *e) {
+    size_t nv = c->m->cfg.n_vocab;
+    if (dst)
+        CK(cudaMemcpyAsync(c->h_logits, c->logits + first * nv, rows * nv * sizeof(float),
+                           cudaMemcpyDeviceToHost, c->st));
     CK(cudaMemcpyAsync(c->h_amax, c->amax, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
-    /* on the backend's stream (a plain cudaMemcpy would not wait for it: it is non-blocking) */
-    CK(cudaMemcpyAsync(logits, c->plg, n * (size_t)V * sizeof(float), cudaMemcpyDeviceToHost, c->st));
     CK(cudaStreamSynchronize(c->st));
+    if (dst) memcpy(dst, c->h_logits, rows * nv * sizeof(float));
     return 0;
 }
 
@@ -623,7 +644,6 @@ static int prefill_fast(rl_cuda *c, const int32_t *tokens, size_t S, size_t pos,
                         bool all_logits, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
     size_t nv = cfg->n_vocab;
-    if (!c->parena && pf_alloc(c, e)) return -1;
     for (size_t s0 = 0; s0 < S; s0 += c->pf_chunk) {
         size_t n = S - s0 < c->pf_chunk ? S - s0 : c->pf_chunk;
         /* stream-ordered: the previous chunk's embedding may not have read ptok yet */
@@ -639,12 +659,7 @@ static int prefill_fast(rl_cuda *c, const int32_t *tokens, size_t S, size_t pos,
             c->launches = launches;
             if (rc) return rl_fail(e, "CUDA: fast prefill: LM head launch failed");
             rl_argmax_launch(c->logits, (int)nv, c->amax, false, c->st);
-            CK(cudaMemcpyAsync(c->h_amax, c->amax, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
-            if (logits) {
-                CK(cudaMemcpyAsync(c->h_logits, c->logits, nv * sizeof(float), cudaMemcpyDeviceToHost, c->st));
-                CK(cudaStreamSynchronize(c->st));
-                memcpy(logits, c->h_logits, nv * sizeof(float));
-            }
+            if (copy_logits(c, 0, 1, logits, e)) return -1;
         }
     }
     CK(cudaStreamSynchronize(c->st));
@@ -690,12 +705,8 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
         CK(cudaGraphLaunch(gi >= 0 ? c->cgraph[gi] : c->prof_on ? c->pgraph : c->graph, c->st));
         if (c->prof_on && prof_collect(c, pos + s, e)) return -1;
         if (logits && (all_logits || s + ns == S)) {
-            size_t first = all_logits ? 0 : ns - 1, rows = ns - first; /* every row, or the last */
-            CK(cudaMemcpyAsync(c->h_logits, c->logits + first * nv, rows * nv * sizeof(float),
-                               cudaMemcpyDeviceToHost, c->st));
-            CK(cudaMemcpyAsync(c->h_amax, c->amax, sizeof(int32_t), cudaMemcpyDeviceToHost, c->st));
-            CK(cudaStreamSynchronize(c->st));
-            memcpy(logits + (all_logits ? s * nv : 0), c->h_logits, rows * nv * sizeof(float));
+            size_t first = all_logits ? 0 : ns - 1; /* every row, or the last */
+            if (copy_logits(c, first, ns - first, logits + (all_logits ? s * nv : 0), e)) return -1;
         }
         s += ns;
     }
@@ -773,6 +784,9 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
                        "heads, n_embd %zu, n_ff %zu)", cfg->head_dim, cfg->rope_dim, cfg->n_head,
                        cfg->n_head_kv, cfg->n_embd, cfg->n_ff);
     c->n_split = (int)((c->n_ctx + c->knobs.att_split - 1) / c->knobs.att_split);
+    /* at most max_split splits are ever active (the split widens past that): the partials and
+     * the grid need no more */
+    if (c->n_split > c->knobs.att_max_split) c->n_split = c->knobs.att_max_split;
     {
         size_t ms = (size_t)c->knobs.att_max_split;
         size_t wide = ((c->n_ctx + ms - 1) / ms + 31) / 32 * 32, sp = (size_t)c->knobs.att_split;
@@ -864,8 +878,14 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     char why[200] = "";
     if (pm == RL_PREFILL_FAST && cfg->head_dim > 256)
         snprintf(why, sizeof why, "head_dim %zu > 256, the prefill attention's limit", cfg->head_dim);
-    else if (pm == RL_PREFILL_FAST)
-        rl_gemm_open(&c->gemm, c->st, why, sizeof why);
+    else if (pm == RL_PREFILL_FAST && !rl_gemm_open(&c->gemm, c->st, why, sizeof why)) {
+        rl_err ae = {{0}}; /* its buffers now, so a prompt never meets an allocation failure */
+        if (pf_alloc(c, &ae)) {
+            snprintf(why, sizeof why, "%.190s", ae.msg);
+            rl_gemm_close(c->gemm);
+            c->gemm = NULL;
+        }
+    }
     if (pm == RL_PREFILL_FAST && !c->gemm) {
         if (o->prefill == RL_PREFILL_FAST) return rl_fail(e, "CUDA: --prefill fast is unavailable: %s", why);
         snprintf(b->prefill, sizeof b->prefill, "%s (fast prefill unavailable: %.80s)", exact_desc, why);

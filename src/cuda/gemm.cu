@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels.h"
 
@@ -28,39 +29,59 @@ struct rl_gemm {
     gemm_fn gemm;
 };
 
+/* One library file: open it, find the four entry points, create a handle on st. 0; -1 when the
+ * file does not open, -2 when it opens but does not work; the reason in why. */
+static int try_open(const char *file, cudaStream_t st, rl_gemm *g, char *why, size_t why_cap) {
+    memset(g, 0, sizeof *g);
+    g->lib = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+    if (!g->lib) {
+        snprintf(why, why_cap, "%s", dlerror());
+        return -1;
+    }
+    create_fn create = (create_fn)dlsym(g->lib, "cublasCreate_v2");
+    stream_fn set_stream = (stream_fn)dlsym(g->lib, "cublasSetStream_v2");
+    g->destroy = (destroy_fn)dlsym(g->lib, "cublasDestroy_v2");
+    g->gemm = (gemm_fn)dlsym(g->lib, "cublasGemmEx");
+    cublasStatus_t s = CUBLAS_STATUS_NOT_INITIALIZED;
+    if (!create || !set_stream || !g->destroy || !g->gemm)
+        snprintf(why, why_cap, "%s lacks cublasCreate_v2 / cublasGemmEx", file);
+    else if ((s = create(&g->h)) != CUBLAS_STATUS_SUCCESS || (s = set_stream(g->h, st)) != CUBLAS_STATUS_SUCCESS)
+        snprintf(why, why_cap, "%s: cublasCreate / cublasSetStream failed (status %d)", file, (int)s);
+    if (s == CUBLAS_STATUS_SUCCESS) return 0;
+    if (g->h) g->destroy(g->h);
+    dlclose(g->lib);
+    return -2;
+}
+
 int rl_gemm_open(rl_gemm **out, cudaStream_t st, char *why, size_t why_cap) {
     *out = NULL;
-    /* RL_CUBLAS names the library file when it is not on the loader's path */
+    rl_gemm g;
+    /* RL_CUBLAS names the library file when it is not on the loader's path; then only it */
     const char *env = getenv("RL_CUBLAS");
-    const char *names[] = {env && *env ? env : "libcublas.so.13", "libcublas.so.12", "libcublas.so"};
-    void *lib = NULL;
-    for (const char *n : names)
-        if ((lib = dlopen(n, RTLD_NOW | RTLD_LOCAL))) break;
-    if (!lib) {
-        snprintf(why, why_cap, "libcublas not found (%s; set RL_CUBLAS=/path/to/libcublas.so)", dlerror());
-        return -1;
+    const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+    int ok = -1;
+    if (env && *env) {
+        ok = try_open(env, st, &g, why, why_cap);
+    } else {
+        /* report a library that opened but failed before one that is not there */
+        char reason[256] = "";
+        int rank = 0; /* of the reason kept: 1 not found, 2 opened but failed */
+        for (const char *n : names) {
+            if (!(ok = try_open(n, st, &g, why, why_cap))) break;
+            int r = ok == -2 ? 2 : 1;
+            if (r > rank) {
+                rank = r;
+                snprintf(reason, sizeof reason, "%.250s", why);
+            }
+        }
+        if (ok) snprintf(why, why_cap, "%s (set RL_CUBLAS=/path/to/libcublas.so)", reason);
     }
-    create_fn create = (create_fn)dlsym(lib, "cublasCreate_v2");
-    stream_fn set_stream = (stream_fn)dlsym(lib, "cublasSetStream_v2");
-    rl_gemm g = {lib, NULL, (destroy_fn)dlsym(lib, "cublasDestroy_v2"), (gemm_fn)dlsym(lib, "cublasGemmEx")};
-    if (!create || !set_stream || !g.destroy || !g.gemm) {
-        snprintf(why, why_cap, "libcublas lacks cublasCreate_v2/cublasGemmEx");
-        dlclose(lib);
-        return -1;
-    }
-    cublasStatus_t s = create(&g.h);
-    if (s == CUBLAS_STATUS_SUCCESS) s = set_stream(g.h, st);
-    if (s != CUBLAS_STATUS_SUCCESS) {
-        snprintf(why, why_cap, "cublasCreate failed (status %d)", (int)s);
-        if (g.h) g.destroy(g.h);
-        dlclose(lib);
-        return -1;
-    }
+    if (ok) return -1;
     rl_gemm *h = (rl_gemm *)malloc(sizeof *h);
     if (!h) {
         snprintf(why, why_cap, "out of memory");
         g.destroy(g.h);
-        dlclose(lib);
+        dlclose(g.lib);
         return -1;
     }
     *h = g;

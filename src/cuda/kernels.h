@@ -194,7 +194,7 @@ int rl_attention_prefill_launch(const rl_att_args *a, __half *out, cudaStream_t 
 int rl_deq_rows_launch(const rl_dmat *m, const int32_t *ids, int r0, int n, void *out, bool f16,
                        cudaStream_t st);
 /* out[t] = fp16(w * (x[t] * r_t)) for n_tok rows of n values (x rows n apart, out rows ldo
- * apart), with decoding's RMSNorm arithmetic. */
+ * apart): decoding's RMSNorm operations, its reduction order only at the default 8 warps. */
 int rl_rmsnorm_f16_launch(const float *x, int n, int n_tok, const float *w, float eps, __half *out,
                           int ldo, cudaStream_t st);
 /* out[t][i] = fp16(silu(gu[t][i]) * gu[t][F + i]) for n_tok rows. */

@@ -807,6 +807,14 @@ int rl_mv_prepare(int max_n) {
     return 0;
 }
 
+/* The staging kernel of a chunk launch: the 8-bit plane's layout is the matvec's (quant_x8 XL:
+ * 0 plain, RQ2's 1 rotated for the table decoder, 2 rotated and transposed for shifts). */
+static mv_fn prep_kernel_for(uint32_t type, bool q8, bool lut) {
+    if (!q8) return mv_prep_kernel<0, false>;
+    if (type != RL_RQ2) return mv_prep_kernel<0, true>;
+    return lut ? mv_prep_kernel<1, true> : mv_prep_kernel<2, true>;
+}
+
 /* One launch of a uniform-type argument set. Grid: enough blocks for one item per warp, capped
  * at what is resident at once (occupancy, and the knob), so there is no second wave: warps
  * that get several items loop. */
@@ -821,9 +829,9 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
     if (ns != 1 && ns != 4 && ns != 8 && ns != 16) return -1;
     mv_fn f = mv_kernel_for(a->seg[0].w.type, glu, q8, lut, ns);
     if (ns > 1) { /* stage the columns: the one-column prologue, once per column */
-        void (*prep)(const rl_mv_args) = a->seg[0].w.type != RL_RQ2 ? (q8 ? mv_prep_kernel<0, true> : mv_prep_kernel<0, false>)
-                                         : !q8 ? mv_prep_kernel<0, false> : lut ? mv_prep_kernel<1, true> : mv_prep_kernel<2, true>;
-        if (rl_launch(prep, dim3(ns), dim3(warps * 32), 0, st, k->pdl != 0, *a)) return -1;
+        if (rl_launch(prep_kernel_for(a->seg[0].w.type, q8, lut), dim3(ns), dim3(warps * 32), 0, st,
+                      k->pdl != 0, *a))
+            return -1;
         launches = 2;
     }
     int blocks = (items + warps - 1) / warps, occ = 0;
