@@ -294,3 +294,22 @@ def test_rawloop_writer_read_by_gguf_package(tmp_path):
         i = list(want).index(t.name)
         raw = np.frombuffer(r.data, dtype=np.uint8)[int(t.data_offset):int(t.data_offset) + nbytes]
         assert np.array_equal(raw, (i * 31 + np.arange(nbytes) * 7 + 1).astype(np.uint8)), t.name
+
+
+def test_prefill_and_autotune_flags_on_the_cpu(rawloop):
+    """--prefill takes exact|fast|auto (anything else is a usage error); the CPU refuses fast
+    (its prompts are already batched with decoding's arithmetic) and --autotune (no GPU knobs),
+    each with a message that names the problem; exact runs and says what it did."""
+    for cmd in (["bench", "-p", "4", "-n", "1"], ["run", "-n", "1"], ["perplexity", "-f", "x"],
+                ["logits", "--ids", "1", "-o", "/dev/null"]):
+        p = run_rawloop(*cmd, "--prefill", "bogus", check=False)
+        assert p.returncode == 2 and b"--prefill expects exact, fast or auto" in p.stderr, cmd
+    p = run_rawloop("bench", "--device", "cpu", "--prefill", "fast", "-p", "4", "-n", "1", "-r", "1",
+                    check=False)
+    assert p.returncode == 1 and b"--prefill fast is GPU-only" in p.stderr
+    p = run_rawloop("bench", "--device", "cpu", "--autotune", "-p", "0", "-n", "2", "-r", "1",
+                    check=False)
+    assert p.returncode == 1 and b"--autotune tunes the GPU's tile knobs" in p.stderr
+    p = run_rawloop("bench", "--device", "cpu", "--prefill", "exact", "-p", "4", "-n", "1", "-r", "1",
+                    "--no-ceiling", "--json")
+    assert b'"prefill": "exact: batches of up to 64 tokens, bit-identical' in p.stdout
