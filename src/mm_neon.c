@@ -10,7 +10,13 @@
  *
  * Exact path: dequantization does the reference's multiplies (scale product first, then one
  * multiply and, for the K-quant mins, one subtract per value; no fused multiply-add) so the
- * dequantized values are bit-identical to rl_dequant_row; only the fp32 dot order differs. */
+ * dequantized values are bit-identical to rl_dequant_row; only the fp32 dot order differs.
+ *
+ * The 32-value formats (Q8_0, Q4_0, Q5_0, Q5_1) share one unpacker and one tile driver, with the
+ * format a compile-time constant of each instantiation (as mm.c's AVX2 driver). sdot and the
+ * widening fallback take two signed operands, so Q4_0's -8 and Q5_0's -16 stay inside the
+ * integer dot as in the reference; Q5_1's codes 0..31 enter unsigned-as-signed and its min m
+ * adds m * s per block (s: the activation block's da * sum(qs)). */
 #include "mm_neon.h"
 
 #ifdef RL_MM_NEON
@@ -77,16 +83,38 @@ void rl_neon_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
 
 /* ---- unpacked weight values (16 at a time) ----------------------------------------------- */
 
-/* Q4_0 block: values 0..15 are the low nibbles, 16..31 the high ones, both minus 8. */
-AINLINE void q4_0_vals(const uint8_t *b, int8x16_t v[2]) {
-    uint8x16_t raw = vld1q_u8(b + 2);
-    v[0] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0xF))), vdupq_n_s8(8));
-    v[1] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(raw, 4)), vdupq_n_s8(8));
+/* The 32-value block formats. Q4_0: [0,2) d [2,18) nibbles.  Q5_0: [0,2) d [2,6) qh [6,22)
+ * nibbles.  Q5_1: [0,2) d [2,4) m [4,8) qh [8,24) nibbles.  Q8_0: [0,2) d [2,34) int8. */
+enum { TQ_Q8_0, TQ_Q4_0, TQ_Q5_0, TQ_Q5_1 };
+
+AINLINE size_t tq_bs(const int f) {
+    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q5_0 ? 22 : 24;
 }
 
-AINLINE void q8_0_vals(const uint8_t *b, int8x16_t v[2]) {
-    v[0] = vld1q_s8((const int8_t *)(b + 2));
-    v[1] = vld1q_s8((const int8_t *)(b + 18));
+/* Block values as int8: Q8_0 as stored, Q4_0 code - 8, Q5_0 code - 16, Q5_1 the code 0..31
+ * (its d*q + m has no offset to fold in). Nibble codes: value j < 16 is the low nibble of byte
+ * j, value j + 16 its high nibble; Q5's fifth bit of value j is bit j of the little-endian
+ * 32-bit qh, i.e. bit j % 8 of qh byte j / 8, which each register lane tests on a broadcast. */
+AINLINE void tq_vals(const uint8_t *b, int8x16_t v[2], const int f) {
+    if (f == TQ_Q8_0) {
+        v[0] = vld1q_s8((const int8_t *)(b + 2));
+        v[1] = vld1q_s8((const int8_t *)(b + 18));
+        return;
+    }
+    const size_t qs_at = f == TQ_Q4_0 ? 2 : f == TQ_Q5_0 ? 6 : 8;
+    uint8x16_t raw = vld1q_u8(b + qs_at), u[2] = {vandq_u8(raw, vdupq_n_u8(0xF)), vshrq_n_u8(raw, 4)};
+    if (f != TQ_Q4_0) {
+        const uint8_t *qh = b + qs_at - 4;
+        const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
+        RL_UNROLL
+        for (int h = 0; h < 2; h++) {
+            uint8x16_t hb = vcombine_u8(vdup_n_u8(qh[2 * h]), vdup_n_u8(qh[2 * h + 1]));
+            u[h] = vorrq_u8(u[h], vandq_u8(vtstq_u8(hb, bit), vdupq_n_u8(16)));
+        }
+    }
+    const int8_t off = f == TQ_Q4_0 ? 8 : f == TQ_Q5_0 ? 16 : 0;
+    RL_UNROLL
+    for (int h = 0; h < 2; h++) v[h] = vsubq_s8(vreinterpretq_s8_u8(u[h]), vdupq_n_s8(off));
 }
 
 /* Q4_K / Q5_K sub-block j (values 0..15 or 0..31); qh NULL for Q4_K */
@@ -143,6 +171,19 @@ static void scale_min_k4(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
     }
 }
 
+/* len values (a multiple of 32) of a 32-value block format. Q5_1's d*q - (-m) rounds as the
+ * reference's d*q + m does (x - (-y) is x + y for every x, y, signed zeros included). */
+AINLINE void dequant_q(const uint8_t *b, float *dst, size_t len, const int f) {
+    const size_t bs = tq_bs(f);
+    int8x16_t v[2];
+    for (size_t i = 0; i < len / RL_QK; i++, b += bs) {
+        tq_vals(b, v, f);
+        float d = ld_h(b), mn = f == TQ_Q5_1 ? -ld_h(b + 2) : 0;
+        store16(dst + 32 * i, v[0], d, mn);
+        store16(dst + 32 * i + 16, v[1], d, mn);
+    }
+}
+
 /* Dequantizes len values (a multiple of the block size, at most 256) from block pointer b,
  * bit-identical to rl_dequant_row. */
 static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t len) {
@@ -161,20 +202,10 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         for (; i < len; i++) dst[i] = rl_bf16_to_f32((uint16_t)(b[2 * i] | (b[2 * i + 1] << 8)));
         return;
     }
-    case RL_Q8_0:
-    case RL_Q4_0: {
-        size_t bs = type == RL_Q8_0 ? 34 : 18;
-        for (size_t i = 0; i < len / RL_QK; i++, b += bs) {
-            if (type == RL_Q8_0)
-                q8_0_vals(b, v);
-            else
-                q4_0_vals(b, v);
-            float d = ld_h(b);
-            store16(dst + 32 * i, v[0], d, 0);
-            store16(dst + 32 * i + 16, v[1], d, 0);
-        }
-        return;
-    }
+    case RL_Q8_0: dequant_q(b, dst, len, TQ_Q8_0); return;
+    case RL_Q4_0: dequant_q(b, dst, len, TQ_Q4_0); return;
+    case RL_Q5_0: dequant_q(b, dst, len, TQ_Q5_0); return;
+    case RL_Q5_1: dequant_q(b, dst, len, TQ_Q5_1); return;
     case RL_Q4_K:
     case RL_Q5_K: {
         float d = ld_h(b), dmin = ld_h(b + 2);
@@ -262,20 +293,24 @@ static void exact_rows(const rl_mm *m, size_t r0, size_t r1) {
     }
 }
 
-/* ---- fast path: row-major Q8_0 / Q4_0 tiles ------------------------------------------------ */
+/* ---- fast path: row-major Q8_0 / Q4_0 / Q5_0 / Q5_1 tiles --------------------------------- */
 
-/* R rows starting at r times C columns starting at s: each weight block is unpacked once per
- * tile, each activation block loaded once per tile; per (row, column) the block's int32 lanes
- * are converted and scaled by dw*da into a float accumulator (one horizontal sum at the end). */
-AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C, const int q4) {
-    const size_t bs = q4 ? 18 : 34, nb = m->n / RL_QK;
+/* R rows starting at r times C columns starting at s, weight format f: each weight block is
+ * unpacked once per tile, each activation block loaded once per tile; per (row, column) the
+ * block's int32 lanes are converted and scaled by dw*da into a float accumulator (one
+ * horizontal sum at the end). Q5_1's m * s terms collect per column in off[c], lane k = row k. */
+AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C, const int f) {
+    const size_t bs = tq_bs(f), nb = m->n / RL_QK;
     const uint8_t *w[4];
     const rl_q8a *a[4];
-    float32x4_t acc[4][4];
+    float32x4_t acc[4][4], off[4];
     RL_UNROLL
     for (int k = 0; k < R; k++) w[k] = (const uint8_t *)m->w + (r + (size_t)k) * m->row_bytes;
     RL_UNROLL
-    for (int c = 0; c < C; c++) a[c] = m->xq + (s + (size_t)c) * nb;
+    for (int c = 0; c < C; c++) {
+        a[c] = m->xq + (s + (size_t)c) * nb;
+        off[c] = vdupq_n_f32(0);
+    }
     RL_UNROLL
     for (int k = 0; k < R; k++) {
         RL_UNROLL
@@ -284,14 +319,13 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
     for (size_t b = 0; b < nb; b++) {
         int8x16_t wq[4][2];
         float dw[4];
+        _Alignas(16) float mw[4] = {0};
         RL_UNROLL
         for (int k = 0; k < R; k++) {
             const uint8_t *blk = w[k] + b * bs;
-            if (q4)
-                q4_0_vals(blk, wq[k]);
-            else
-                q8_0_vals(blk, wq[k]);
+            tq_vals(blk, wq[k], f);
             dw[k] = ld_h(blk);
+            if (f == TQ_Q5_1) mw[k] = ld_h(blk + 2);
         }
         RL_UNROLL
         for (int c = 0; c < C; c++) {
@@ -302,43 +336,51 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
                 int32x4_t d = dot16(dot16(vdupq_n_s32(0), wq[k][0], a0), wq[k][1], a1);
                 acc[k][c] = vfmaq_n_f32(acc[k][c], vcvtq_f32_s32(d), dw[k] * ab->d);
             }
+            if (f == TQ_Q5_1) off[c] = vfmaq_n_f32(off[c], vld1q_f32(mw), ab->s);
         }
     }
     RL_UNROLL
-    for (int k = 0; k < R; k++) {
+    for (int c = 0; c < C; c++) {
+        _Alignas(16) float o[4];
+        vst1q_f32(o, off[c]);
         RL_UNROLL
-        for (int c = 0; c < C; c++) put(m, s + (size_t)c, r + (size_t)k, vaddvq_f32(acc[k][c]), m->accumulate);
+        for (int k = 0; k < R; k++) {
+            float v = vaddvq_f32(acc[k][c]);
+            if (f == TQ_Q5_1) v += o[k];
+            put(m, s + (size_t)c, r + (size_t)k, v, m->accumulate);
+        }
     }
 }
 
 /* 4 rows x 4 columns: 16 accumulators + 8 weight registers + 2 activation registers fit the
- * 32 vector registers. */
+ * 32 vector registers (Q5_1's 4 + 1 more for its min sums spill a few). */
 #define TR 4
 #define TC 4
 
-AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int q4) {
+AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int f) {
     size_t r = r0;
     for (; r + TR <= r1; r += TR) {
         size_t s = 0;
         if (m->S > 1)
-            for (; s + TC <= m->S; s += TC) tile_q(m, r, s, TR, TC, q4);
-        for (; s < m->S; s++) tile_q(m, r, s, TR, 1, q4);
+            for (; s + TC <= m->S; s += TC) tile_q(m, r, s, TR, TC, f);
+        for (; s < m->S; s++) tile_q(m, r, s, TR, 1, f);
     }
     for (; r < r1; r++) {
         size_t s = 0;
-        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, 1, TC, q4);
-        for (; s < m->S; s++) tile_q(m, r, s, 1, 1, q4);
+        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, 1, TC, f);
+        for (; s < m->S; s++) tile_q(m, r, s, 1, 1, f);
     }
 }
 
 /* ---- fast path: row-interleaved (x8) Q4_0 / Q8_0 ----------------------------------------- */
 
-/* One group of 8 interleaved rows times C columns starting at s, all blocks. A 32-byte chunk
- * k of a block holds quant bytes 4k..4k+3 of rows 0..7: two 16-byte registers (rows 0-3, rows
- * 4-7), each dotted with the column's 4 matching activation bytes broadcast. Q4_0's low nibbles
- * are values 4k.., its high nibbles values 16+4k.. of the same rows. */
-AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int q4) {
-    const size_t bs = q4 ? 18 : 34, nb = m->n / RL_QK, gbs = 8 * bs;
+/* One group of 8 interleaved rows times C columns starting at s, all blocks; f is TQ_Q4_0 or
+ * TQ_Q8_0, the only formats rl_pack_rows packs. A 32-byte chunk k of a block holds quant bytes
+ * 4k..4k+3 of rows 0..7: two 16-byte registers (rows 0-3, rows 4-7), each dotted with the
+ * column's 4 matching activation bytes broadcast. Q4_0's low nibbles are values 4k.., its high
+ * nibbles values 16+4k.. of the same rows. */
+AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int f) {
+    const size_t bs = tq_bs(f), nb = m->n / RL_QK, gbs = 8 * bs;
     const uint8_t *wg = (const uint8_t *)m->w + r * m->row_bytes;
     const rl_q8a *a[4];
     float32x4_t acc[4][2];
@@ -352,7 +394,7 @@ AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int 
         int32x4_t dot[4][2];
         RL_UNROLL
         for (int c = 0; c < C; c++) dot[c][0] = dot[c][1] = vdupq_n_s32(0);
-        if (q4) {
+        if (f == TQ_Q4_0) {
             RL_UNROLL
             for (int k = 0; k < 4; k++) {
                 int8x16_t lo[2], hi[2];
@@ -408,7 +450,7 @@ AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int 
  * AVX2 kernel's reasoning; not tuned on arm64 hardware). */
 #define X8_ACT_BYTES (224u * 1024u)
 
-AINLINE void rows_x8(const rl_mm *m, size_t r0, size_t r1, const int q4) {
+AINLINE void rows_x8(const rl_mm *m, size_t r0, size_t r1, const int f) {
     size_t col_bytes = m->n / RL_QK * sizeof(rl_q8a);
     size_t chunk = X8_ACT_BYTES / col_bytes / XC * XC;
     if (chunk < XC) chunk = XC;
@@ -416,11 +458,11 @@ AINLINE void rows_x8(const rl_mm *m, size_t r0, size_t r1, const int q4) {
         size_t s1 = m->S - s0 < chunk ? m->S : s0 + chunk;
         for (size_t r = r0; r < r1; r += 8) {
             size_t s = s0;
-            for (; s + XC <= s1; s += XC) tile_x8(m, r, s, XC, q4);
+            for (; s + XC <= s1; s += XC) tile_x8(m, r, s, XC, f);
             switch (s1 - s) {
-            case 3: tile_x8(m, r, s, 3, q4); break;
-            case 2: tile_x8(m, r, s, 2, q4); break;
-            case 1: tile_x8(m, r, s, 1, q4); break;
+            case 3: tile_x8(m, r, s, 3, f); break;
+            case 2: tile_x8(m, r, s, 2, f); break;
+            case 1: tile_x8(m, r, s, 1, f); break;
             default: break;
             }
         }
@@ -539,14 +581,16 @@ void rl_neon_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
     }
     if (m->packed) {
         switch (m->type) {
-        case RL_Q8_0: rows_x8(m, r0, r1, 0); return;
-        case RL_Q4_0: rows_x8(m, r0, r1, 1); return;
+        case RL_Q8_0: rows_x8(m, r0, r1, TQ_Q8_0); return;
+        case RL_Q4_0: rows_x8(m, r0, r1, TQ_Q4_0); return;
         default: rl_mm_rows_ref(m, r0, r1); return;
         }
     }
     switch (m->type) {
-    case RL_Q8_0: rows_q(m, r0, r1, 0); return;
-    case RL_Q4_0: rows_q(m, r0, r1, 1); return;
+    case RL_Q8_0: rows_q(m, r0, r1, TQ_Q8_0); return;
+    case RL_Q4_0: rows_q(m, r0, r1, TQ_Q4_0); return;
+    case RL_Q5_0: rows_q(m, r0, r1, TQ_Q5_0); return;
+    case RL_Q5_1: rows_q(m, r0, r1, TQ_Q5_1); return;
     case RL_Q4_K:
     case RL_Q5_K:
     case RL_Q6_K: rows_k(m, r0, r1); return;

@@ -664,6 +664,51 @@ static void test_q5(void) {
     }
 }
 
+#if defined(__aarch64__)
+/* mm_neon.c's claims, checked bit for bit where one result is one block's term: with one-hot
+ * activations (column s is 1 at index s, 0 elsewhere) the exact path must return the value
+ * rl_dequant_row gives (its dequantization is bit-identical), and the fast path the
+ * reference's own single-block term (integer dot exact, the same scale products, Q5_1's m * s
+ * added once). Covers every row-major format NEON has kernels for. */
+static void test_onehot_arm64(void) {
+    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K};
+    enum { R = 5, N = 256 };
+    static float x[N * N], y[N * R], yr[N * R], wrow[N * R];
+    static rl_q8a xq[N * (N / RL_QK)];
+    static uint8_t w[R * 34 * (N / RL_QK)]; /* Q8_0's rows are the longest */
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        uint32_t type = types[t];
+        size_t rb = rl_row_bytes(type, N);
+        CHECK(rb * R <= sizeof w, "%s rows do not fit the test's buffer", rl_type_name(type));
+        if (rb * R > sizeof w) continue;
+        for (size_t r = 0; r < R; r++) {
+            random_row(type, w + r * rb, N);
+            rl_dequant_row(type, w + r * rb, wrow + r * N, N);
+        }
+        memset(x, 0, sizeof x);
+        for (size_t s = 0; s < N; s++) {
+            x[s * N + s] = 1.0f;
+            rl_q8a_quant_row(x + s * N, xq + s * (N / RL_QK), N);
+        }
+        for (int fast = 0; fast < 2; fast++) {
+            rl_mm m = {.type = type, .w = w, .row_bytes = rb, .n = N, .S = N, .x = x, .xq = fast ? xq : NULL,
+                       .y = y, .ys = R};
+            rl_mm_rows(&m, 0, R);
+            m.y = yr;
+            rl_mm_rows_ref(&m, 0, R);
+            int bad = 0, bad_deq = 0;
+            for (size_t s = 0; s < N; s++)
+                for (size_t r = 0; r < R; r++) {
+                    bad += y[s * R + r] != yr[s * R + r];
+                    if (!fast) bad_deq += y[s * R + r] != wrow[r * N + s];
+                }
+            CHECK(bad == 0 && bad_deq == 0, "%s one-hot fast=%d: %d results differ from the reference, %d from rl_dequant_row",
+                  rl_type_name(type), fast, bad, bad_deq);
+        }
+    }
+}
+#endif
+
 /* A build whose compiler targets SIMD must not silently run the scalar fallback. */
 static void test_simd_selected(void) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
@@ -836,6 +881,9 @@ int main(int argc, char **argv) {
     test_rq2();
     test_q5();
     test_weighted();
+#if defined(__aarch64__)
+    test_onehot_arm64();
+#endif
     test_simd_selected();
     return check_report("test_quant");
 }
