@@ -887,6 +887,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         }
     }
     if (pm == RL_PREFILL_FAST && !c->gemm) {
+        cudaGetLastError(); /* whatever the failed attempt left must not fail a later launch check */
         if (o->prefill == RL_PREFILL_FAST) return rl_fail(e, "CUDA: --prefill fast is unavailable: %s", why);
         snprintf(b->prefill, sizeof b->prefill, "%s (fast prefill unavailable: %.80s)", exact_desc, why);
     } else if (c->gemm) {
