@@ -57,7 +57,18 @@ static stats summarize(double *v, size_t n) {
     return s;
 }
 
-/* Median tg rate of ng tokens after depth tokens of context, reps times. */
+/* One timed generation test: ng tokens one at a time after depth tokens of context (already
+ * in the cache); tokens per second into *rate. */
+static int tg_rate(rl_backend *be, const int32_t *toks, long ng, long depth, float *lg, double *rate,
+                   rl_err *e) {
+    double t0 = cli_now();
+    for (long i = 0; i < ng; i++)
+        if (rl_backend_forward(be, toks + i, 1, (size_t)(depth + i), lg, false, e)) return -1;
+    *rate = ng / (cli_now() - t0);
+    return 0;
+}
+
+/* Median tg rate, reps times (the context of depth tokens written before each). */
 static int time_tg(rl_backend *be, const int32_t *toks, long ng, long reps, long depth, float *lg,
                    double *tps, rl_err *e) {
     double v[64];
@@ -65,10 +76,7 @@ static int time_tg(rl_backend *be, const int32_t *toks, long ng, long reps, long
     if (rl_backend_forward(be, toks, 1, 0, lg, false, e)) return -1; /* warm-up */
     for (long rep = 0; rep < reps; rep++) {
         if (depth > 0 && rl_backend_forward(be, toks, (size_t)depth, 0, NULL, false, e)) return -1;
-        double t0 = cli_now();
-        for (long i = 0; i < ng; i++)
-            if (rl_backend_forward(be, toks + i, 1, (size_t)(depth + i), lg, false, e)) return -1;
-        v[rep] = ng / (cli_now() - t0);
+        if (tg_rate(be, toks, ng, depth, lg, &v[rep], e)) return -1;
     }
     *tps = summarize(v, (size_t)reps).median;
     return 0;
@@ -124,8 +132,8 @@ static int autotune(cli_session *s, const rl_backend_opts *co, long ng, long rep
     if (rc) return -1;
     printf("\nfastest: %.2f tok/s with\n  export %s=%d %s=%d", best_tps, names[0], best[0], names[1], best[1]);
     if (nsplit > 1) printf(" %s=%d", names[2], best[2]);
-    printf("\n(the shipped defaults are %s=8 %s=8 %s=32; knobs are read when a backend opens)\n",
-           names[0], names[1], names[2]);
+    printf("\n(unset, the shipped defaults apply: docs/CUDA.md, \"Knobs\"; knobs are read when a "
+           "backend opens)\n");
     return 0;
 }
 
@@ -217,13 +225,7 @@ int cmd_bench(int argc, char **argv) {
                 goto fail;
             pp[rep] = np / (cli_now() - t0);
         }
-        if (ng > 0) {
-            double t0 = cli_now();
-            for (long i = 0; i < ng; i++)
-                if (rl_backend_forward(&s.be, toks + i, 1, (size_t)(depth + i), lg, false, &e))
-                    goto fail;
-            tg[rep] = ng / (cli_now() - t0);
-        }
+        if (ng > 0 && tg_rate(&s.be, toks, ng, depth, lg, &tg[rep], &e)) goto fail;
         if (!json) fprintf(stderr, "rawloop: rep %ld/%ld: pp %.2f tok/s, tg %.2f tok/s\n",
                            rep + 1, reps, pp[rep], tg[rep]);
     }

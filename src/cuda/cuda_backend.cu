@@ -79,7 +79,7 @@ struct rl_cuda {
     size_t plg_rows;
     __half *pa16;     /* [chunk][max(n_embd, q_dim, n_ff)] GEMM input */
     __half *patt;     /* [chunk][q_dim] attention output */
-    __half *pw16;     /* [pw16_elems] one matrix group expanded to fp16 */
+    __half *pw16;     /* [pw16_elems] one weight matrix (or LM-head slab) expanded to fp16 */
 };
 
 /* Ends a profiled step (a no-op outside the profile capture). */
@@ -285,8 +285,7 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
     c->launches = 0;
     c->n_marks = 0;
     if (c->prof_cap) cudaEventRecordWithFlags(c->pev[0], c->st, cudaEventRecordExternal);
-    if (ns == 1) rl_embed_launch(&c->emb, c->io, c->x, c->st); /* the first node: a plain launch */
-    else rl_deq_rows_launch(&c->emb, c->io->toks, 0, ns, c->x, false, c->st); /* the same deq32 */
+    rl_deq_rows_launch(&c->emb, c->io->toks, 0, ns, c->x, false, c->st); /* the first node: a plain launch */
     c->launches++;
     mark(c, "embed", (double)c->emb.q_row + (double)c->emb.s_row);
     for (size_t l = 0; l < cfg->n_layer; l++) {
@@ -698,7 +697,6 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
             if (rc) return -1;
         }
         rl_cuda_io *h = &c->h_io[pos + s];
-        h->tok = tokens[s];
         h->pos = (int32_t)(pos + s);
         for (size_t i = 0; i < ns; i++) h->toks[i] = tokens[s + i];
         CK(cudaMemcpyAsync(c->io, h, sizeof *h, cudaMemcpyHostToDevice, c->st));

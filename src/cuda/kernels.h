@@ -47,10 +47,9 @@ static inline int rl_launch(void (*f)(P...), dim3 grid, dim3 block, size_t smem,
 /* Tokens per launch of the exact chunked prefill: 1 (decoding), 4, 8 or 16. */
 #define RL_CHUNK_MAX 16
 
-/* Per-token inputs in device memory: written by one small copy before each graph launch. An
- * exact chunk of S tokens has them at positions pos .. pos + S - 1, ids toks[0 .. S). */
+/* Per-launch inputs in device memory, written by one small copy before each graph launch: S
+ * tokens (1 when decoding) at positions pos .. pos + S - 1, ids toks[0 .. S). */
 struct rl_cuda_io {
-    int32_t tok; /* == toks[0] */
     int32_t pos;
     int32_t toks[RL_CHUNK_MAX];
 };
@@ -211,8 +210,6 @@ int rl_gemm_f16(rl_gemm *g, const __half *W, int rows, int k, const __half *A, i
 
 /* ---- small kernels ----------------------------------------------------------------------- */
 
-/* x = row io->tok of the embedding matrix, dequantised to fp32. */
-void rl_embed_launch(const rl_dmat *emb, const rl_cuda_io *io, float *x, cudaStream_t st);
 /* *out = index of the largest of n values (first one on ties). */
 void rl_argmax_launch(const float *v, int n, int32_t *out, bool pdl, cudaStream_t st);
 /* One pass of 16-byte streaming loads over n16 * 16 bytes; writes one word per block to sink. */

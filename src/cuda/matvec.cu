@@ -1,5 +1,5 @@
-/* Fused dequant-matvec for every weight type of the CPU backend, plus the embedding lookup
- * (which uses the same dequantisers).
+/* Fused dequant-matvec for every weight type of the CPU backend (the embedding lookup is
+ * prefill.cu's row dequantiser: the same deq32).
  *
  * v2.1: Q4_0 and Q8_0 also have the CPU's 8-bit-activation path (default, off with --exact):
  * the prologue rounds the staged input to int8 blocks and the chunk dots are dp4a, ~1/4 of the
@@ -31,6 +31,10 @@
  * with 8-bit activations, its rl_q8a form in three planes: int8 values [n] (16-byte aligned),
  * scales d [n/32] and integer sums [n/32]. */
 __host__ __device__ inline size_t xs_f32_bytes(int n) { return ((size_t)XPAD(n) * 4 + 15) & ~(size_t)15; }
+/* The whole staged input: fp32, then with 8-bit activations int8 [n], d [n/32], sums [n/32]. */
+__host__ __device__ inline size_t stage_bytes(int n, bool q8) {
+    return xs_f32_bytes(n) + (q8 ? (size_t)n + (size_t)(n / 32) * 8 : 0) + 16;
+}
 
 /* ---- device layout ---------------------------------------------------------------------- */
 
@@ -566,7 +570,7 @@ __device__ __forceinline__ void mv_store(const rl_mv_args &a, const rl_mv_seg &s
 /* The staged input of one column, in the byte layout the one-column kernel builds in shared
  * memory (rl_mv_smem): padded fp32, then the int8 plane, scales and sums. A chunk launch has
  * them in global memory, column s at scratch + s * col_bytes(n), written by mv_prep_kernel. */
-__host__ __device__ inline size_t col_bytes(int n) { return ((size_t)XPAD(n) * 4 + (size_t)n * 2 + 256 + 255) & ~(size_t)255; }
+__host__ __device__ inline size_t col_bytes(int n) { return (stage_bytes(n, true) + 255) & ~(size_t)255; }
 
 /* RMSNorm (or a plain copy) of x, then the 8-bit planes: the one-column kernel's prologue, with
  * the same block size, so a column's staged input is bit for bit what that kernel stages. */
@@ -791,9 +795,7 @@ bool rl_mv_type_ok(uint32_t type) {
 
 size_t rl_mv_scratch_bytes(int n, int ns) { return (size_t)ns * col_bytes(n); }
 
-size_t rl_mv_smem(int n, bool q8) {
-    return xs_f32_bytes(n) + (q8 ? (size_t)n + (size_t)(n / 32) * 8 : 0) + 16;
-}
+size_t rl_mv_smem(int n, bool q8) { return stage_bytes(n, q8); }
 
 int rl_mv_prepare(int max_n) {
     for (uint32_t t : k_types)
@@ -868,41 +870,4 @@ int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStre
         n += l1;
     }
     return n;
-}
-
-/* ---- embedding ---------------------------------------------------------------------------- */
-
-template <int T>
-__device__ void embed_t(const rl_dmat &m, int tok, float *x) {
-    const uint8_t *w = m.q + (size_t)tok * m.q_row, *s = m.s ? m.s + (size_t)tok * m.s_row : nullptr;
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < m.cols / 32; c += gridDim.x * blockDim.x) {
-        float v[32];
-        deq32<T>(w, s, c, v);
-#pragma unroll
-        for (int j = 0; j < 32; j++) x[c * 32 + j] = v[j];
-    }
-}
-
-__global__ void embed_kernel(const rl_dmat m, const rl_cuda_io *io, float *x) {
-    rl_pdl_trigger();
-    rl_pdl_wait();
-    int tok = io->tok;
-    switch (m.type) {
-    case RL_F32: embed_t<RL_F32>(m, tok, x); break;
-    case RL_F16: embed_t<RL_F16>(m, tok, x); break;
-    case RL_BF16: embed_t<RL_BF16>(m, tok, x); break;
-    case RL_Q4_0: embed_t<RL_Q4_0>(m, tok, x); break;
-    case RL_Q8_0: embed_t<RL_Q8_0>(m, tok, x); break;
-    case RL_Q5_0: embed_t<RL_Q5_0>(m, tok, x); break;
-    case RL_Q5_1: embed_t<RL_Q5_1>(m, tok, x); break;
-    case RL_Q4_K: embed_t<RL_Q4_K>(m, tok, x); break;
-    case RL_Q5_K: embed_t<RL_Q5_K>(m, tok, x); break;
-    case RL_Q6_K: embed_t<RL_Q6_K>(m, tok, x); break;
-    default: embed_t<RL_RQ2>(m, tok, x); break;
-    }
-}
-
-void rl_embed_launch(const rl_dmat *emb, const rl_cuda_io *io, float *x, cudaStream_t st) {
-    int nch = emb->cols / 32, threads = 64, blocks = (nch + threads - 1) / threads;
-    embed_kernel<<<blocks, threads, 0, st>>>(*emb, io, x);
 }

@@ -15,6 +15,17 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long oracle cases, skipped under sanitizers")
 
 
+def run_quant_tool(mode, tname, data, tmp_path):
+    """build/test_quant's tool mode (`quant|dequant TYPE in out`): the C quantizer / reference
+    dequantizer on raw bytes, for the gguf-oracle tests."""
+    src, dst = tmp_path / f"{tname}.in", tmp_path / f"{tname}.out"
+    src.write_bytes(data)
+    p = subprocess.run([str(BUILD / "test_quant"), mode, tname, str(src), str(dst)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return dst.read_bytes()
+
+
 def run_rawloop(*args, input=None, check=True, timeout=600):
     """Runs build/rawloop with args; returns CompletedProcess (bytes)."""
     p = subprocess.run([str(RAWLOOP), *map(str, args)], input=input, capture_output=True,

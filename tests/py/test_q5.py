@@ -10,30 +10,21 @@
     Q5 tensors are byte-identical to gguf.quants.quantize of the F16 values; and the file's
     perplexity stays close to the F16 model's."""
 import re
-import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import BUILD, ROOT
+from conftest import ROOT, run_quant_tool
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
-TOOL = BUILD / "test_quant"
 MODELS = ROOT / "models"
 F16 = MODELS / "rawloop-draft-f16.gguf"
 HELDOUT = MODELS / "heldout.txt"
 BLOCK = {"Q5_0": 22, "Q5_1": 24}
 
 
-def run_tool(mode, tname, data, tmp_path):
-    src, dst = tmp_path / f"{tname}.in", tmp_path / f"{tname}.out"
-    src.write_bytes(data)
-    p = subprocess.run([str(TOOL), mode, tname, str(src), str(dst)], capture_output=True,
-                       text=True, timeout=120)
-    assert p.returncode == 0, p.stderr
-    return dst.read_bytes()
 
 
 def layout_decode(raw, tname):
@@ -72,7 +63,7 @@ def bits_equal(a, b):
 @pytest.mark.parametrize("tname", ["Q5_0", "Q5_1"])
 def test_dequant_matches_gguf_and_layout(tname, tmp_path):
     data = random_blocks(tname, 8192, np.random.default_rng(5 + len(tname)))
-    ours = np.frombuffer(run_tool("dequant", tname, data, tmp_path), dtype=np.float32)
+    ours = np.frombuffer(run_quant_tool("dequant", tname, data, tmp_path), dtype=np.float32)
     ref = gguf.quants.dequantize(np.frombuffer(data, dtype=np.uint8), T[tname])
     ref = ref.astype(np.float32).ravel()
     assert bits_equal(ours, ref), f"{np.sum(ours != ref)} values differ from gguf"

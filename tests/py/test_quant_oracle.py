@@ -4,18 +4,16 @@ rawloop's reference dequantizer must reproduce gguf.quants.dequantize bit for bi
 blocks, and its Q8_0 / Q4_0 / Q5_0 / Q5_1 quantizers must produce the same bytes as gguf.quants.quantize.
 build/test_quant has a tool mode (`dequant TYPE in out`, `quant TYPE in out`) that exposes the C
 functions to this test."""
-import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import BUILD
+from conftest import run_quant_tool
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 
-TOOL = BUILD / "test_quant"
 
 # byte offsets of the fp16 scales inside each block; the rest of a block is free-form bits
 SCALE_OFFSETS = {
@@ -23,13 +21,6 @@ SCALE_OFFSETS = {
 }
 
 
-def run_tool(mode, tname, data, tmp_path):
-    src, dst = tmp_path / f"{tname}.in", tmp_path / f"{tname}.out"
-    src.write_bytes(data)
-    p = subprocess.run([str(TOOL), mode, tname, str(src), str(dst)], capture_output=True, text=True,
-                       timeout=120)
-    assert p.returncode == 0, p.stderr
-    return dst.read_bytes()
 
 
 def random_blocks(tname, nblocks, rng):
@@ -56,7 +47,7 @@ def test_dequant_matches_gguf(tname, tmp_path):
     blck, size = GGML_QUANT_SIZES[T[tname]]
     nblocks = 4096 if blck > 1 else 65536
     data = random_blocks(tname, nblocks, rng)
-    ours = np.frombuffer(run_tool("dequant", tname, data, tmp_path), dtype=np.float32)
+    ours = np.frombuffer(run_quant_tool("dequant", tname, data, tmp_path), dtype=np.float32)
     ref = gguf.quants.dequantize(np.frombuffer(data, dtype=np.uint8), T[tname]).astype(np.float32).ravel()
     assert ours.shape == ref.shape
     # bit-for-bit, NaNs compared as NaNs
@@ -79,7 +70,7 @@ def test_quant_matches_gguf(tname, tmp_path):
     x[4096:4128] = -np.arange(32, dtype=np.float32)
     x[4128:4160] = np.arange(32, dtype=np.float32) * 0.5 - 3   # both signs, ties at .5 steps
     x[8192:8224] = rng.standard_t(2, 32).astype(np.float32)    # one outlier dominates
-    ours = run_tool("quant", tname, x.tobytes(), tmp_path)
+    ours = run_quant_tool("quant", tname, x.tobytes(), tmp_path)
     if tname == "F16":
         ref = x.astype(np.float16).tobytes()
     else:
@@ -95,7 +86,7 @@ def test_kquant_quantizer_is_valid(tname, tmp_path):
     """Our K-quant blocks decode (by gguf) to something close to the input."""
     rng = np.random.default_rng(7)
     x = rng.standard_normal(256 * 256).astype(np.float32)
-    q = run_tool("quant", tname, x.tobytes(), tmp_path)
+    q = run_quant_tool("quant", tname, x.tobytes(), tmp_path)
     y = gguf.quants.dequantize(np.frombuffer(q, np.uint8), T[tname]).ravel()
     rel = np.sqrt(np.mean((x - y) ** 2) / np.mean(x ** 2))
     assert rel < {"Q4_K": 0.09, "Q5_K": 0.045, "Q6_K": 0.02}[tname], rel
