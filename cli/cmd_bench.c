@@ -26,7 +26,7 @@ static void usage(FILE *out) {
         "              -n tokens (GPU only: a graph with an event after every step) and print\n"
         "              its time, share of the token, bytes read and GB/s\n"
         "  --device D  cpu, cuda or auto (default)\n"
-        "  --kv-type T f16 (default), f32, or q8 (8-bit blocks of 32, CPU only) KV cache\n"
+        "  --kv-type T f16 (default), f32 (CPU only), or q8 (8-bit blocks of 32) KV cache\n"
         "  --autotune  GPU: time tg (-n, -r, -d) under each setting of the tile knobs (warps\n"
         "              per matvec block, blocks per SM, and with -d >= 1024 the attention split\n"
         "              cap), each on a new backend, and print the fastest as an export line\n"
@@ -88,7 +88,7 @@ static int time_tg(rl_backend *be, const int32_t *toks, long ng, long reps, long
  * only matters with context, so it is tried only with -d >= 1024. */
 static int autotune(cli_session *s, const rl_backend_opts *co, long ng, long reps, long depth,
                     const int32_t *toks, float *lg) {
-    static const int warps[] = {4, 8}, blocks[] = {2, 4, 8}, splits[] = {16, 32, 64};
+    static const int warps[] = {4, 8, 16}, blocks[] = {2, 4, 8}, splits[] = {16, 32, 64};
     const char *names[] = {"RL_CUDA_MV_WARPS", "RL_CUDA_MV_BLOCKS", "RL_CUDA_ATT_MAXSPLIT"};
     char *saved[3];
     for (int i = 0; i < 3; i++) {
@@ -101,7 +101,7 @@ static int autotune(cli_session *s, const rl_backend_opts *co, long ng, long rep
     printf("autotune: %s, tg%ld at depth %ld, median of %ld, each setting on a new backend\n\n"
            "| %s | %s | %s | tg t/s |\n| ---: | ---: | ---: | ---: |\n", s->be.name, ng, depth,
            reps, names[0], names[1], nsplit > 1 ? names[2] : "(ATT_MAXSPLIT: -d < 1024, kept)");
-    for (int w = 0; w < 2 && !rc; w++)
+    for (int w = 0; w < 3 && !rc; w++)
         for (int b = 0; b < 3 && !rc; b++)
             for (int a = 0; a < nsplit && !rc; a++) {
                 char buf[3][16];

@@ -29,7 +29,7 @@ static void usage(FILE *out) {
         "      --repeat-last-n N  tokens the penalty looks back over (default 64)\n"
         "  -s, --seed N           RNG seed (default: random, printed on stderr)\n"
         "      --exact            keep activations in fp32 (no 8-bit activation fast path)\n"
-        "      --kv-type T        KV cache type: f16 (default), f32, or q8 (8-bit, CPU only)\n"
+        "      --kv-type T        KV cache type: f16 (default), f32 (CPU only), or q8 (8-bit)\n"
         "      --prefill M        how the prompt runs: exact (bit-identical to decoding it token\n"
         "                         by token), fast (GPU: fp16 tensor-core GEMMs, same quality\n"
         "                         class, not the same bits) or auto (default: fast on the GPU\n"

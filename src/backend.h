@@ -28,7 +28,7 @@ typedef struct rl_backend_opts {
     size_t n_ctx;      /* KV capacity in tokens; 0 = min(model context, 4096) */
     size_t max_batch;  /* tokens per forward chunk; 0 = backend default */
     bool exact;        /* CPU: fp32 activations everywhere */
-    int kv_type;       /* enum rl_kv_type; f32 and q8 are CPU-only */
+    int kv_type;       /* enum rl_kv_type; f32 is CPU-only */
     int prefill;       /* enum rl_prefill */
 } rl_backend_opts;
 

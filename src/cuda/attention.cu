@@ -12,6 +12,27 @@
 #include "kernels.h"
 #include "reduce.cuh"
 
+__device__ __forceinline__ uint32_t word4(const uint4 &v, int k) {
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
+/* Stores value v of cache cell i (position row + column): f16, or with a q8 cache (a.kd set)
+ * int8 with one fp32 scale per 32 cells, rounded as the CPU's --kv-type q8 (rl_round_i8_32:
+ * d = amax / 127, q = rint(v * (127 / amax)), half to even), so both caches hold the same
+ * bytes for the same values. Called by all 32 lanes of a warp for 32 consecutive cells (q8
+ * needs head_dim % 32 == 0: a warp is then one block). */
+__device__ __forceinline__ void kv_put(uint16_t *c, float *cd, size_t i, float v) {
+    if (!cd) {
+        c[i] = __half_as_ushort(__float2half_rn(v));
+        return;
+    }
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    ((int8_t *)c)[i] = (int8_t)__float2int_rn(__fmul_rn(v, id));
+    if (i % 32 == 0) cd[i / 32] = d;
+}
+
 /* Block (blockDim.x == hd rounded up to 32) per head and token (grid y: n_tok, 1 when decoding):
  * blocks [0, n_head) rotate q in place, [n_head, n_head + n_kv) rotate k and store it, then
  * [.., + n_kv) store v. Token s sits at position pos + s (pos: io->pos, or pos0 without io) and
@@ -31,7 +52,7 @@ __global__ void rope_kv_kernel(const rl_att_args a) {
     float val = t < hd ? src[t] : 0.0f;
     if (bias && t < hd) val = val + bias[head * hd + t];
     if (kind == 2) {
-        if (t < hd) a.vc[(size_t)pos * a.n_head_kv * hd + head * hd + t] = __half_as_ushort(__float2half_rn(val));
+        if (t < hd) kv_put(a.vc, a.vd, (size_t)pos * a.n_head_kv * hd + head * hd + t, val);
         return;
     }
     const float *nw = kind == 0 ? a.q_norm : a.k_norm;
@@ -64,7 +85,7 @@ __global__ void rope_kv_kernel(const rl_att_args a) {
     __syncthreads();
     if (t < hd) {
         if (kind == 0) a.q[to + head * hd + t] = h[t];
-        else a.kc[(size_t)pos * a.n_head_kv * hd + head * hd + t] = __half_as_ushort(__float2half_rn(h[t]));
+        else kv_put(a.kc, a.kd, (size_t)pos * a.n_head_kv * hd + head * hd + t, h[t]);
     }
 }
 
@@ -76,111 +97,168 @@ void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
 
 #define ATT_THREADS 128
 
-/* grid (n_head, n_split), ATT_THREADS threads; dynamic shared memory: split scores, hd of q,
- * and nw * hd for the cross-warp sum of the output.
- * Scores: one thread per key (16-byte loads along the key row, q broadcast from shared).
- * Output: warp w takes positions w, w + nw, ...; lane l the dimension pairs 2l + 64j (coalesced
- * 4-byte loads of a value row); the warps' sums are added in warp order. The partials (max m,
- * sum l, unnormalised o[hd]) are merged at the end of this kernel by the head's last block. */
-__global__ void flash_decode_kernel(const rl_att_args a) {
+/* Flash decode. Block (head h, split s, token z) over positions [s * S, (s + 1) * S) of
+ * [0, pos]; ATT_THREADS threads. HJ = ceil(hd / 64): a lane's dimension pairs in the value pass.
+ * Dynamic shared memory: the split's scores, q, and the warps' outputs [nw][hd].
+ * Scores: one thread per key (16-byte loads along the key row in groups of 8, q broadcast from
+ * shared memory). Values: warp w takes positions w, w + nw, ...; lane l the dimension pairs
+ * 2l + 64j (coalesced 4-byte loads of a value row), 16 / HJ rows' loads issued before any is
+ * used; the warps' sums are added in warp order. A single active split writes o / l; otherwise
+ * the partials (max m, sum l, unnormalised o[hd]) go to global memory and the head's last block
+ * to finish (an atomic ticket, not an atomic sum) merges every active split in split order, its
+ * loads in batches of 8 splits. The kernel is a chain of memory round trips, so every loop
+ * issues its loads in batches (at depth 4096 the value pass was 8 round trips per warp and the
+ * merge 32 or more: 7B Q4_0 at d4096 287 -> 329 tok/s); the arithmetic keeps v2.2's order, so
+ * batching changed no bits. (A block per GQA group reading each key once for its query heads
+ * was measured and dropped: an eighth of the blocks, each doing eight heads' work in turn, made
+ * TinyLlama's attention 56% slower at short context and slower at depth 4096 too.)
+ * Q8: an int8 cache with a scale per 32 values (--kv-type q8, half the bytes of f16): a key's
+ * score is the sum over its 32-value blocks of d * (q . k_int8), a value row adds (e * d) * v. */
+template <int HJ, bool Q8>
+__global__ void __launch_bounds__(ATT_THREADS) flash_decode_kernel(const rl_att_args a) {
     extern __shared__ float sm[];
     __shared__ float red[32];
+    __shared__ int ticket;
     rl_pdl_trigger();
     rl_pdl_wait();
-    const int hd = a.hd, nw = blockDim.x >> 5;
-    float *sc = sm, *qs = sm + a.split_max, *ow = qs + hd;
+    const int hd = a.hd, nt = blockDim.x, nw = nt >> 5, t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    float *sc = sm, *qs = sc + a.split_max, *ow = qs + hd;
     /* token z of an exact chunk (grid z; 0 when decoding) sits at io->pos + z: its q, output,
      * partials and tickets are its own, and everything below is the one-token computation */
-    const int z = blockIdx.z;
-    int h = blockIdx.x, s = blockIdx.y, n_pos = a.io->pos + z + 1;
+    const int z = blockIdx.z, h = blockIdx.x, s = blockIdx.y, n_pos = a.io->pos + z + 1;
     const float *qz = a.q + (size_t)z * a.tok_stride;
     float *oz = a.out + (size_t)z * a.n_head * hd;
     float *pz = a.part + (size_t)z * a.n_head * a.n_split * (hd + 2);
     int *cz = a.count + (size_t)z * a.n_head;
     /* positions per split: the knob, widened (in steps of 32) to keep at most max_split splits so the
      * merge stays short at depth; a function of pos only, so every block agrees */
-    int S = max(a.split, ((n_pos + a.max_split - 1) / a.max_split + 31) / 32 * 32);
-    int p0 = s * S;
+    const int S = max(a.split, ((n_pos + a.max_split - 1) / a.max_split + 31) / 32 * 32);
+    const int p0 = s * S;
     if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
-    int np = min(p0 + S, n_pos) - p0;
-    int kv_dim = a.n_head_kv * hd, kvh = h / (a.n_head / a.n_head_kv);
-    int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-    for (int d = t; d < hd; d += blockDim.x) qs[d] = qz[h * hd + d];
+    const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S;
+    const int kv_dim = a.n_head_kv * hd, kvh = h / (a.n_head / a.n_head_kv);
+    for (int d = t; d < hd; d += nt) qs[d] = qz[h * hd + d];
     __syncthreads();
-    float scale = 1.0f / sqrtf((float)hd);
-    const __half *kc = (const __half *)a.kc + kvh * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
     float m = -INFINITY;
-    for (int p = t; p < np; p += blockDim.x) {
-        const uint4 *kr = (const uint4 *)(kc + (size_t)(p0 + p) * kv_dim);
+    for (int p = t; p < np; p += nt) {
+        const size_t cell = (size_t)(p0 + p) * kv_dim + kvh * hd; /* the key row's first cell */
         float acc0 = 0.0f, acc1 = 0.0f;
-        /* the key row's loads in groups of 8 issued before any is used: v2 loaded one 16-byte
-         * piece, waited, used it (16 round trips per key at hd 128, ~8 us per layer) */
-        for (int g = 0; g < hd / 8; g += 8) {
-          uint4 kk[8];
+        if constexpr (Q8) {
+            const uint4 *kr = (const uint4 *)((const int8_t *)a.kc + cell);
+            const float *kd = a.kd + cell / 32;
+            for (int g = 0; g < hd / 32; g += 4) { /* 4 blocks: 8 16-byte loads and 4 scales */
+                uint4 kk[8];
+                float dk[4];
 #pragma unroll
-          for (int j = 0; j < 8; j++) kk[j] = g + j < hd / 8 ? kr[g + j] : make_uint4(0, 0, 0, 0);
+                for (int j = 0; j < 8; j++) kk[j] = 2 * g + j < hd / 16 ? kr[2 * g + j] : make_uint4(0, 0, 0, 0);
 #pragma unroll
-          for (int j = 0; j < 8; j++) {
-            if (g + j >= hd / 8) break;
-            int d8 = g + j;
-            uint4 k8 = kk[j];
-            const float *qq = qs + 8 * d8;
-            float2 f0 = __half22float2(*(const __half2 *)&k8.x);
-            float2 f1 = __half22float2(*(const __half2 *)&k8.y);
-            float2 f2 = __half22float2(*(const __half2 *)&k8.z);
-            float2 f3 = __half22float2(*(const __half2 *)&k8.w);
-            acc0 = fmaf(qq[0], f0.x, acc0);
-            acc1 = fmaf(qq[1], f0.y, acc1);
-            acc0 = fmaf(qq[2], f1.x, acc0);
-            acc1 = fmaf(qq[3], f1.y, acc1);
-            acc0 = fmaf(qq[4], f2.x, acc0);
-            acc1 = fmaf(qq[5], f2.y, acc1);
-            acc0 = fmaf(qq[6], f3.x, acc0);
-            acc1 = fmaf(qq[7], f3.y, acc1);
-          }
+                for (int b = 0; b < 4; b++) dk[b] = g + b < hd / 32 ? kd[g + b] : 0.0f;
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    if (g + b >= hd / 32) break;
+                    const float *qq = qs + 32 * (g + b);
+                    float t0 = 0.0f, t1 = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < 8; w++) {
+                        const uint32_t u = word4(kk[2 * b + w / 4], w % 4);
+                        t0 = fmaf(qq[4 * w], (float)(int8_t)(u & 0xff), t0);
+                        t1 = fmaf(qq[4 * w + 1], (float)(int8_t)((u >> 8) & 0xff), t1);
+                        t0 = fmaf(qq[4 * w + 2], (float)(int8_t)((u >> 16) & 0xff), t0);
+                        t1 = fmaf(qq[4 * w + 3], (float)(int8_t)(u >> 24), t1);
+                    }
+                    acc0 = fmaf(dk[b], t0 + t1, acc0);
+                }
+            }
+        } else {
+            const uint4 *kr = (const uint4 *)((const __half *)a.kc + cell);
+            for (int g = 0; g < hd / 8; g += 8) {
+                uint4 kk[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) kk[j] = g + j < hd / 8 ? kr[g + j] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    if (g + j >= hd / 8) break;
+                    const uint4 k8 = kk[j];
+                    const float *qq = qs + 8 * (g + j);
+                    const float2 f0 = __half22float2(*(const __half2 *)&k8.x), f1 = __half22float2(*(const __half2 *)&k8.y),
+                                 f2 = __half22float2(*(const __half2 *)&k8.z), f3 = __half22float2(*(const __half2 *)&k8.w);
+                    acc0 = fmaf(qq[0], f0.x, acc0);
+                    acc1 = fmaf(qq[1], f0.y, acc1);
+                    acc0 = fmaf(qq[2], f1.x, acc0);
+                    acc1 = fmaf(qq[3], f1.y, acc1);
+                    acc0 = fmaf(qq[4], f2.x, acc0);
+                    acc1 = fmaf(qq[5], f2.y, acc1);
+                    acc0 = fmaf(qq[6], f3.x, acc0);
+                    acc1 = fmaf(qq[7], f3.y, acc1);
+                }
+            }
         }
-        float v = (acc0 + acc1) * scale;
+        const float v = (acc0 + acc1) * scale;
         sc[p] = v;
         m = fmaxf(m, v);
     }
     m = block_max_f(m, red);
     float l = 0.0f;
-    for (int p = t; p < np; p += blockDim.x) {
-        float e = expf(sc[p] - m);
+    for (int p = t; p < np; p += nt) {
+        const float e = expf(sc[p] - m);
         sc[p] = e;
         l += e;
     }
     l = block_sum_f(l, red); /* its barriers also order the sc[] writes before the reads below */
-    const __half *vc = (const __half *)a.vc + kvh * hd;
-    float2 acc[8];
+    constexpr int PB = HJ >= 8 ? 2 : 16 / HJ; /* value rows per batch */
+    float2 acc[HJ];
 #pragma unroll
-    for (int j = 0; j < 8; j++) acc[j] = make_float2(0.0f, 0.0f);
-#pragma unroll 4
-    for (int p = warp; p < np; p += nw) {
-        const __half2 *vr = (const __half2 *)(vc + (size_t)(p0 + p) * kv_dim);
-        float e = sc[p];
+    for (int j = 0; j < HJ; j++) acc[j] = make_float2(0.0f, 0.0f);
+    for (int pb = warp; pb < np; pb += PB * nw) {
+        uint32_t vv[PB][HJ]; /* two f16, or two int8 in the low half */
+        float dv[PB][HJ];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            int d = 2 * lane + 64 * j;
-            if (d < hd) {
-                float2 f = __half22float2(vr[d / 2]);
-                acc[j].x = fmaf(e, f.x, acc[j].x);
-                acc[j].y = fmaf(e, f.y, acc[j].y);
+        for (int b = 0; b < PB; b++) {
+            const int p = pb + b * nw;
+            const size_t cell = (size_t)(p0 + p) * kv_dim + kvh * hd;
+#pragma unroll
+            for (int j = 0; j < HJ; j++) {
+                const int d = 2 * lane + 64 * j;
+                const bool in = p < np && d < hd;
+                if constexpr (Q8) {
+                    vv[b][j] = in ? *(const uint16_t *)((const int8_t *)a.vc + cell + d) : 0u;
+                    dv[b][j] = in ? a.vd[(cell + d) / 32] : 0.0f;
+                } else {
+                    vv[b][j] = in ? *(const uint32_t *)((const __half *)a.vc + cell + d) : 0u;
+                }
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < PB; b++) {
+            const int p = pb + b * nw;
+            if (p >= np) break;
+            const float e = sc[p];
+#pragma unroll
+            for (int j = 0; j < HJ; j++) {
+                if constexpr (Q8) {
+                    const float ed = e * dv[b][j];
+                    acc[j].x = fmaf(ed, (float)(int8_t)(vv[b][j] & 0xff), acc[j].x);
+                    acc[j].y = fmaf(ed, (float)(int8_t)(vv[b][j] >> 8), acc[j].y);
+                } else {
+                    const float2 f = __half22float2(*(const __half2 *)&vv[b][j]);
+                    acc[j].x = fmaf(e, f.x, acc[j].x);
+                    acc[j].y = fmaf(e, f.y, acc[j].y);
+                }
             }
         }
     }
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-        int d = 2 * lane + 64 * j;
+    for (int j = 0; j < HJ; j++) {
+        const int d = 2 * lane + 64 * j;
         if (d < hd) {
             ow[warp * hd + d] = acc[j].x;
             ow[warp * hd + d + 1] = acc[j].y;
         }
     }
     __syncthreads();
-    int ns = (n_pos + S - 1) / S;
     if (ns == 1) { /* a single split is its own merge: o / l, the same bits as the merge gives */
-        for (int d = t; d < hd; d += blockDim.x) {
+        for (int d = t; d < hd; d += nt) {
             float o = 0.0f;
             for (int w = 0; w < nw; w++) o += ow[w * hd + d];
             oz[h * hd + d] = o / l;
@@ -188,7 +266,7 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
         return;
     }
     float *out = pz + ((size_t)h * a.n_split + s) * (hd + 2);
-    for (int d = t; d < hd; d += blockDim.x) {
+    for (int d = t; d < hd; d += nt) {
         float o = 0.0f;
         for (int w = 0; w < nw; w++) o += ow[w * hd + d];
         out[2 + d] = o;
@@ -199,7 +277,6 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
     }
     /* The last block of this head to finish merges every active split, in split order, so the
      * result does not depend on which block came last (the counter is a ticket, not a sum). */
-    __shared__ int ticket;
     __threadfence();
     __syncthreads();
     if (t == 0) ticket = atomicAdd(&cz[h], 1);
@@ -207,27 +284,66 @@ __global__ void flash_decode_kernel(const rl_att_args a) {
     if (ticket != ns - 1) return;
     __threadfence();
     const float *ph = pz + (size_t)h * a.n_split * (hd + 2);
-    float M = -INFINITY;
-    for (int q = 0; q < ns; q++) M = fmaxf(M, __ldcg(ph + q * (hd + 2)));
-    for (int d = t; d < hd; d += blockDim.x) {
+    float M = -INFINITY; /* max is exact in any order */
+    for (int q0 = 0; q0 < ns; q0 += 8) {
+        float mq[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) mq[j] = q0 + j < ns ? __ldcg(ph + (q0 + j) * (hd + 2)) : -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; j++) M = fmaxf(M, mq[j]);
+    }
+    for (int d = t; d < hd; d += nt) {
         float L = 0.0f, o = 0.0f;
-        for (int q = 0; q < ns; q++) {
-            const float *pq = ph + q * (hd + 2);
-            float w = expf(__ldcg(pq) - M);
-            L = fmaf(__ldcg(pq + 1), w, L);
-            o = fmaf(__ldcg(pq + 2 + d), w, o);
+        for (int q0 = 0; q0 < ns; q0 += 8) {
+            float mq[8], lq[8], oq[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float *pq = ph + (q0 + j) * (hd + 2);
+                const bool in = q0 + j < ns;
+                mq[j] = in ? __ldcg(pq) : 0.0f;
+                lq[j] = in ? __ldcg(pq + 1) : 0.0f;
+                oq[j] = in ? __ldcg(pq + 2 + d) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (q0 + j >= ns) break;
+                const float w = expf(mq[j] - M);
+                L = fmaf(lq[j], w, L);
+                o = fmaf(oq[j], w, o);
+            }
         }
         oz[h * hd + d] = o / L;
     }
     if (t == 0) cz[h] = 0;
 }
 
+typedef void (*att_fn)(const rl_att_args);
+
+template <bool Q8> static att_fn att_pick(int hj) {
+    return hj <= 1 ? flash_decode_kernel<1, Q8> : hj <= 2 ? flash_decode_kernel<2, Q8>
+                   : hj <= 4 ? flash_decode_kernel<4, Q8> : flash_decode_kernel<8, Q8>;
+}
+
+static att_fn att_kernel(const rl_att_args *a) {
+    const int hj = (a->hd + 63) / 64;
+    return a->kd ? att_pick<true>(hj) : att_pick<false>(hj);
+}
+
+size_t rl_attention_smem(const rl_att_args *a) {
+    return (size_t)(a->split_max + a->hd + (ATT_THREADS / 32) * a->hd) * sizeof(float);
+}
+
+int rl_attention_prepare(const rl_att_args *a) {
+    const size_t smem = rl_attention_smem(a);
+    if (smem <= 48 * 1024) return 0;
+    return (int)cudaFuncSetAttribute(att_kernel(a), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
 /* The split widening keeps at most max_split splits active at any position, so the grid needs no more:
  * v1 launched n_ctx / split blocks per head, most of which returned at once. */
-void rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
+int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
     dim3 grid(a->n_head, a->n_split < a->max_split ? a->n_split : a->max_split, a->n_tok > 1 ? a->n_tok : 1);
-    size_t smem = (size_t)(a->split_max + a->hd + (ATT_THREADS / 32) * a->hd) * sizeof(float);
-    rl_launch(flash_decode_kernel, grid, dim3(ATT_THREADS), smem, st, pdl, *a);
+    return rl_launch(att_kernel(a), grid, dim3(ATT_THREADS), rl_attention_smem(a), st, pdl, *a);
 }
 
 /* ---- prefill (fast mode) ---------------------------------------------------------------------
@@ -255,15 +371,20 @@ __global__ void __launch_bounds__(PF_Q * 32) attention_prefill_kernel(const rl_a
     float m = -INFINITY, l = 0.0f, acc[PF_DMAX / 32];
 #pragma unroll
     for (int i = 0; i < PF_DMAX / 32; i++) acc[i] = 0.0f;
-    const __half *kc = (const __half *)a.kc + kvh * hd, *vc = (const __half *)a.vc + kvh * hd;
     for (int k0 = 0; k0 <= last; k0 += 32) {
         __syncthreads(); /* the previous tile is used up */
         for (int i = threadIdx.x; i < 16 * hd; i += blockDim.x) { /* 32 keys x hd/2 pairs */
             int j = i / (hd / 2), d = 2 * (i % (hd / 2));
             float2 kf = make_float2(0.0f, 0.0f), vf = kf;
-            if (k0 + j <= last) {
-                kf = __half22float2(*(const __half2 *)(kc + (size_t)(k0 + j) * kv_dim + d));
-                vf = __half22float2(*(const __half2 *)(vc + (size_t)(k0 + j) * kv_dim + d));
+            const size_t cell = (size_t)(k0 + j) * kv_dim + kvh * hd + d;
+            if (k0 + j <= last && a.kd) { /* q8 cache: int8 times its block's scale */
+                const int8_t *kq = (const int8_t *)a.kc + cell, *vq = (const int8_t *)a.vc + cell;
+                const float dk = a.kd[cell / 32], dv = a.vd[cell / 32];
+                kf = make_float2(dk * (float)kq[0], dk * (float)kq[1]);
+                vf = make_float2(dv * (float)vq[0], dv * (float)vq[1]);
+            } else if (k0 + j <= last) {
+                kf = __half22float2(*(const __half2 *)((const __half *)a.kc + cell));
+                vf = __half22float2(*(const __half2 *)((const __half *)a.vc + cell));
             }
             ks[j * kp + d] = kf.x;
             ks[j * kp + d + 1] = kf.y;

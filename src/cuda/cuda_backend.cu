@@ -47,7 +47,9 @@ struct rl_cuda {
     void *mvs;        /* the chunk matvecs' scratch (rl_mv_scratch_bytes) */
     size_t chunk_max; /* tokens per exact launch at most: 16, or -b's 1/4/8 */
     cudaGraphExec_t cgraph[3]; /* exact chunks of 4, 8, 16 tokens, captured at first use */
-    uint16_t *kc, *vc;/* [n_layer][n_ctx][kv_dim] f16 */
+    uint8_t *kc, *vc; /* [n_layer][n_ctx][kv_dim]: f16, or int8 with --kv-type q8 */
+    float *kd, *vd;   /* q8: the scales, [n_layer][n_ctx][kv_dim / 32]; else NULL */
+    bool kv_q8;
     rl_cuda_io *io;
     int32_t *amax;
     rl_cuda_io *h_io; /* pinned [n_ctx]: one slot per position, so queued copies never alias */
@@ -116,8 +118,15 @@ static int knob(const char *name, int def, int lo, int hi, int *out, rl_err *e) 
     return 0;
 }
 
+/* Warps per matvec block when RL_CUDA_MV_WARPS is unset. Each block stages (and normalises,
+ * and rounds to int8) the whole input in its prologue, so fewer, larger blocks repeat that work
+ * fewer times per SM; it pays where the input is long and costs where it is short (H200,
+ * tg128, docs/PERF.md v2.3: 16 warps vs 8 at n_embd 4096: 7B Q4_0 466 vs 438, F16 232 vs 225,
+ * Llama-3-8B Q4_0 426 vs 397; at 2048, TinyLlama Q4_0 1271 vs 1273, F16 830 vs 870). */
+static int mv_warps_for(size_t n_embd) { return n_embd >= 4096 ? 16 : 8; }
+
 static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
-    if (knob("RL_CUDA_MV_WARPS", 8, 1, 8, &k->mv_warps, e) ||
+    if (knob("RL_CUDA_MV_WARPS", 0, 0, 16, &k->mv_warps, e) || /* 0: mv_warps_for */
         knob("RL_CUDA_MV_BLOCKS", 8, 1, 64, &k->mv_blocks_per_sm, e) ||
         knob("RL_CUDA_ATT_SPLIT", 32, 32, 8192, &k->att_split, e) ||
         knob("RL_CUDA_ATT_MAXSPLIT", 32, 1, 1024, &k->att_max_split, e) ||
@@ -264,8 +273,11 @@ static void att_layer(const rl_cuda *c, size_t l, rl_att_args *t) {
     const rl_config *cfg = &c->m->cfg;
     const dlayer *L = &c->lay[l];
     memset(t, 0, sizeof *t);
-    t->kc = c->kc + l * c->n_ctx * c->kv_dim;
-    t->vc = c->vc + l * c->n_ctx * c->kv_dim;
+    const size_t cells = l * c->n_ctx * c->kv_dim, es = c->kv_q8 ? 1 : 2;
+    t->kc = (uint16_t *)(c->kc + cells * es);
+    t->vc = (uint16_t *)(c->vc + cells * es);
+    t->kd = c->kv_q8 ? c->kd + cells / 32 : NULL;
+    t->vd = c->kv_q8 ? c->vd + cells / 32 : NULL;
     t->q_norm = L->q_norm;
     t->k_norm = L->k_norm;
     t->inv_freq = c->inv_freq;
@@ -290,11 +302,11 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
     mark(c, "embed", (double)c->emb.q_row + (double)c->emb.s_row);
     for (size_t l = 0; l < cfg->n_layer; l++) {
         const dlayer *L = &c->lay[l];
-        uint16_t *kc = c->kc + l * c->n_ctx * c->kv_dim, *vc = c->vc + l * c->n_ctx * c->kv_dim;
+        uint16_t *kc = (uint16_t *)c->kc + l * c->n_ctx * c->kv_dim, *vc = (uint16_t *)c->vc + l * c->n_ctx * c->kv_dim;
         /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
          * differ). Llama RoPE (adjacent pairs) and the f16 K/V write fold into its epilogue;
          * q/k norms (qwen3) and neox rotation keep the separate rope_kv launch. */
-        bool fold = c->knobs.rope_fold && !cfg->rope_neox && !L->q_norm && !L->k_norm;
+        bool fold = c->knobs.rope_fold && !cfg->rope_neox && !L->q_norm && !L->k_norm && !c->kv_q8;
         rl_mv_args a;
         memset(&a, 0, sizeof a);
         seg(&a.seg[0], &L->wq, L->bq, c->q, NULL, fold);
@@ -337,7 +349,7 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
             c->launches++;
             mark(c, "rope+kv", 0);
         }
-        rl_attention_launch(&t, pdl, c->st);
+        if (rl_attention_launch(&t, pdl, c->st)) rc = -1;
         c->launches++;
         mark(c, "attention", -1);
         /* x += Wo · att */
@@ -428,9 +440,12 @@ static void cuda_free(void *impl) {
 
 static size_t cuda_n_ctx(const void *impl) { return ((const rl_cuda *)impl)->n_ctx; }
 
+/* Bytes of one position's K and V rows in one layer: f16, or int8 + an fp32 scale per 32. */
+static double kv_row_bytes(const rl_cuda *c) { return 2.0 * (double)c->kv_dim * (c->kv_q8 ? 1.125 : 2.0); }
+
 static size_t cuda_kv_read(const void *impl, size_t pos) {
     const rl_cuda *c = (const rl_cuda *)impl;
-    return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_dim * sizeof(uint16_t);
+    return (size_t)((double)c->m->cfg.n_layer * (double)(pos + 1) * kv_row_bytes(c));
 }
 
 /* Adds the step times of the token just launched (profile graph) to the table. */
@@ -439,7 +454,7 @@ static int prof_collect(rl_cuda *c, size_t pos, rl_err *e) {
     for (int i = 0; i < c->n_marks; i++) {
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, c->pev[i], c->pev[i + 1]));
-        double bytes = c->pbytes[i] >= 0 ? c->pbytes[i] : 2.0 * (double)(pos + 1) * (double)c->kv_dim * 2.0;
+        double bytes = c->pbytes[i] >= 0 ? c->pbytes[i] : (double)(pos + 1) * kv_row_bytes(c);
         size_t r = 0;
         while (r < c->n_prow && strcmp(c->prow[r].name, c->plabel[i])) r++;
         if (r == c->n_prow) {
@@ -764,9 +779,12 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     c->m = m;
     c->fast = !o->exact;
     if (read_knobs(&c->knobs, e)) return -1;
-    if (o->kv_type != RL_KV_F16)
-        return rl_fail(e, "CUDA: --kv-type %s is CPU-only so far; the GPU keeps an f16 cache",
-                       o->kv_type == RL_KV_F32 ? "f32" : "q8");
+    if (!c->knobs.mv_warps) c->knobs.mv_warps = mv_warps_for(cfg->n_embd);
+    if (o->kv_type == RL_KV_F32)
+        return rl_fail(e, "CUDA: --kv-type f32 is CPU-only; the GPU keeps an f16 or q8 cache");
+    c->kv_q8 = o->kv_type == RL_KV_Q8;
+    if (c->kv_q8 && cfg->head_dim % 32)
+        return rl_fail(e, "CUDA: --kv-type q8 needs head_dim %% 32 == 0 (this model: %zu)", cfg->head_dim);
     if (!rl_cuda_device_present()) return rl_fail(e, "CUDA: no CUDA device found");
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
@@ -789,10 +807,18 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         size_t ms = (size_t)c->knobs.att_max_split;
         size_t wide = ((c->n_ctx + ms - 1) / ms + 31) / 32 * 32, sp = (size_t)c->knobs.att_split;
         c->split_max = (int)(wide > sp ? wide : sp);
-        size_t smem = ((size_t)c->split_max + cfg->head_dim * 5) * sizeof(float);
-        if (smem > 48 * 1024)
+        rl_att_args t;
+        memset(&t, 0, sizeof t);
+        t.n_head = (int)cfg->n_head;
+        t.n_head_kv = (int)cfg->n_head_kv;
+        t.hd = (int)cfg->head_dim;
+        t.split_max = c->split_max;
+        size_t smem = rl_attention_smem(&t);
+        if (smem > (size_t)p.sharedMemPerBlockOptin)
             return rl_fail(e, "CUDA: a context of %zu tokens needs %zu bytes of attention shared "
-                           "memory per block (limit 49152); use a smaller -c", c->n_ctx, smem);
+                           "memory per block (%s has %zu); use a smaller -c", c->n_ctx, smem, p.name,
+                           (size_t)p.sharedMemPerBlockOptin);
+        CK((cudaError_t)rl_attention_prepare(&t));
     }
     size_t mx = cfg->n_embd > c->q_dim ? cfg->n_embd : c->q_dim;
     c->max_n = mx > cfg->n_ff ? mx : cfg->n_ff;
@@ -837,8 +863,11 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     size_t o_cnt = off; off = align256(off + T * cfg->n_head * sizeof(int));
     size_t o_mvs = off; off = align256(off + rl_mv_scratch_bytes((int)c->max_n, (int)T));
     size_t o_am = off; off = align256(off + sizeof(int32_t));
-    size_t o_kc = off; off = align256(off + kv_elems * 2);
-    size_t o_vc = off; off = align256(off + kv_elems * 2);
+    const size_t kv_es = c->kv_q8 ? 1 : 2, kv_sc = c->kv_q8 ? kv_elems / 32 * 4 : 0;
+    size_t o_kc = off; off = align256(off + kv_elems * kv_es);
+    size_t o_vc = off; off = align256(off + kv_elems * kv_es);
+    size_t o_kd = off; off = align256(off + kv_sc);
+    size_t o_vd = off; off = align256(off + kv_sc);
     c->abytes = off;
     char what[96];
     snprintf(what, sizeof what, "activations and the KV cache of %zu tokens", c->n_ctx);
@@ -856,15 +885,17 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     c->io = (rl_cuda_io *)(c->aarena + o_io);
     c->count = (int *)(c->aarena + o_cnt);
     c->amax = (int32_t *)(c->aarena + o_am);
-    c->kc = (uint16_t *)(c->aarena + o_kc);
-    c->vc = (uint16_t *)(c->aarena + o_vc);
+    c->kc = c->aarena + o_kc;
+    c->vc = c->aarena + o_vc;
+    c->kd = c->kv_q8 ? (float *)(c->aarena + o_kd) : NULL;
+    c->vd = c->kv_q8 ? (float *)(c->aarena + o_vd) : NULL;
     CK(cudaMallocHost((void **)&c->h_io, c->n_ctx * sizeof(rl_cuda_io)));
     CK(cudaMallocHost((void **)&c->h_logits, T * cfg->n_vocab * sizeof(float)));
     CK(cudaMallocHost((void **)&c->h_amax, sizeof(int32_t)));
     CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
     if (capture(c, e)) return -1;
-    snprintf(b->name, sizeof b->name, "cuda %.60s, graph of %zu launches/token%s", p.name, c->launches,
-             c->knobs.pdl ? ", PDL" : "");
+    snprintf(b->name, sizeof b->name, "cuda %.60s, graph of %zu launches/token%s%s", p.name, c->launches,
+             c->knobs.pdl ? ", PDL" : "", c->kv_q8 ? ", q8 KV cache" : "");
     /* prompts: fast unless asked for exact (or --exact); without cuBLAS an explicit
      * --prefill fast is an error, the default falls back to exact and says why */
     int pm = o->prefill == RL_PREFILL_AUTO ? (o->exact ? RL_PREFILL_EXACT : RL_PREFILL_FAST) : o->prefill;
@@ -929,6 +960,7 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
     rl_cuda c;
     memset(&c, 0, sizeof c);
     if (read_knobs(&c.knobs, e)) return -1;
+    if (!c.knobs.mv_warps) c.knobs.mv_warps = 8;
     c.knobs.pdl = 0; /* a lone launch on the legacy stream */
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));

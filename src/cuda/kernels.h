@@ -120,7 +120,8 @@ struct rl_mv_args {
 
 /* Tile knobs (rl_cuda_knobs, read once from the environment). */
 struct rl_cuda_knobs {
-    int mv_warps;        /* warps per matvec block (RL_CUDA_MV_WARPS, default 8) */
+    int mv_warps;        /* warps per matvec block (RL_CUDA_MV_WARPS; unset: 16 at n_embd >= 4096,
+                            else 8; chunks use at most 8) */
     int mv_blocks_per_sm;/* matvec grid cap per SM (RL_CUDA_MV_BLOCKS, default 8; also capped
                             by the kernel's occupancy, so the grid is one wave) */
     int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 32) */
@@ -152,7 +153,9 @@ int rl_mv_prepare(int max_n);
 struct rl_att_args {
     float *q;              /* [n_head * hd] fp32, roped in place */
     const float *k, *v;    /* [n_head_kv * hd] fp32 new key / value (biases already added) */
-    uint16_t *kc, *vc;     /* this layer's cache, [n_ctx][kv_dim] f16 */
+    uint16_t *kc, *vc;     /* this layer's cache, [n_ctx][kv_dim] f16, or int8 when kd is set */
+    float *kd, *vd;        /* --kv-type q8: the fp32 scale of every 32 cached values,
+                              [n_ctx][kv_dim / 32]; NULL: an f16 cache */
     const float *q_norm, *k_norm; /* [hd] or NULL */
     const float *inv_freq; /* [rope_dim / 2] */
     float *part;           /* [n_head][n_split][hd + 2] flash-decode partials */
@@ -179,7 +182,11 @@ void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
  * the partials in split order (one launch). With n_tok > 1 (an exact chunk), token z attends
  * over [0, pos + z] with its own q (tok_stride apart), output (q_dim apart), partials and
  * tickets: each token's arithmetic is exactly the one-token launch's. */
-void rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
+int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
+/* Dynamic shared memory of one flash-decode block (a.n_head, n_head_kv, hd, split_max), and
+ * the kernel's limit raised to it (at open: never inside a capture); cudaError_t. */
+size_t rl_attention_smem(const rl_att_args *a);
+int rl_attention_prepare(const rl_att_args *a);
 
 /* Causal attention of a.n_tok queries at positions a.pos0.. (roped q at a.tok_stride apart)
  * over the cache; out: [n_tok][n_head * hd] fp16, the next GEMM's input. hd <= 256 (else

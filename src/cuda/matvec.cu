@@ -170,6 +170,9 @@ template <int T> struct mv_tr {
     static constexpr int NV = (T == RL_Q4_0 || T == RL_RQ2) ? 1 : T == RL_Q8_0 ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
     static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_RQ2) ? 2 : 1;
     static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : (T == RL_Q8_0 || T == RL_RQ2) ? 3 : 2;
+    /* registers per thread: MINB blocks of 256 threads resident per SM, whatever the block size
+     * (the decode kernel takes blocks of up to 512 threads: __maxnreg__, not launch bounds) */
+    static constexpr int REGS = (65536 / (256 * MINB)) & ~7;
 };
 
 /* Types whose matvec has the 8-bit-activation path (the CPU's fast path, src/quant.h): the
@@ -490,37 +493,57 @@ __device__ __forceinline__ void rq2_f32(const raw_chunk<RL_RQ2> *r, const float 
     }
 }
 
-/* Rounds the staged input (xs, padded fp32) to rl_q8a planes, one thread per 32-value chunk,
- * with rl_q8a_quant_row_ref's operations (IEEE division, round-half-even). XL: the int8 plane's
- * layout: 0 plain; RQ2's: 1 pieces rotated (rq2_slot), 2 rotated and, within each 16-value
- * piece, transposed for the shift decoder (word k byte i = value 4i + k). */
+/* Rounds the staged input (xs, padded fp32) to rl_q8a planes with rl_q8a_quant_row_ref's
+ * operations (IEEE division, round-half-even). Four adjacent lanes per 32-value chunk, two of
+ * its eight int8 words each: the chunk's amax and integer sum meet in two shuffles (max and
+ * integer adds are exact in any order, so the planes are those of one thread per chunk, which
+ * left three quarters of the block idle while every other warp waited at the barrier). XL: the
+ * int8 plane's layout: 0 plain; RQ2's: 1 pieces rotated (rq2_slot), 2 rotated and, within each
+ * 16-value piece, transposed for the shift decoder (word k byte i = value 4i + k). */
 template <int XL>
 __device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsum) {
-    for (int c = threadIdx.x; c < n / 32; c += blockDim.x) {
-        const float *v = xs + c * 36;
+    const int nq = n / 8, lane = threadIdx.x & 31; /* 4 quarter-chunks per chunk */
+    for (int base = threadIdx.x & ~31; base < nq; base += blockDim.x) {
+        const int i = base + lane, c = i / 4, k0 = 2 * (i % 4);
+        const bool on = i < nq; /* every lane of the warp shuffles */
+        const float *v = xs + (on ? c : 0) * 36;
+        float e[8];
+#pragma unroll
+        for (int w = 0; w < 2; w++)
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int k = k0 + w;
+                e[4 * w + b] = v[XL == 2 ? 16 * (k / 4) + 4 * b + k % 4 : 4 * k + b];
+            }
         float amax = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(v[j]));
+        for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(e[j]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
         float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
         int sum = 0;
-        uint32_t w[8];
+        uint32_t w2[2];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
+        for (int w = 0; w < 2; w++) {
             uint32_t u = 0;
 #pragma unroll
             for (int b = 0; b < 4; b++) {
-                const int e = XL == 2 ? 16 * (k / 4) + 4 * b + k % 4 : 4 * k + b;
-                int q = __float2int_rn(__fmul_rn(v[e], id));
+                int q = __float2int_rn(__fmul_rn(e[4 * w + b], id));
                 sum += q;
                 u |= (uint32_t)(q & 0xff) << (8 * b);
             }
-            w[k] = u;
+            w2[w] = u;
         }
-        const int o0 = XL ? rq2_slot(c / 2, 2 * (c % 2)) : c * 32, o1 = XL ? rq2_slot(c / 2, 2 * (c % 2) + 1) : c * 32 + 16;
-        *(uint4 *)(xq + o0) = make_uint4(w[0], w[1], w[2], w[3]);
-        *(uint4 *)(xq + o1) = make_uint4(w[4], w[5], w[6], w[7]);
-        xd[c] = d;
-        xsum[c] = sum;
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (!on) continue;
+        /* words k0, k0 + 1 lie in the same 16-value half: one 8-byte store */
+        const int half = k0 / 4, o = XL ? rq2_slot(c / 2, 2 * (c % 2) + half) : c * 32 + 16 * half;
+        *(uint2 *)(xq + o + 4 * (k0 % 4)) = make_uint2(w2[0], w2[1]);
+        if (k0 == 0) {
+            xd[c] = d;
+            xsum[c] = sum;
+        }
     }
 }
 
@@ -618,9 +641,14 @@ __global__ void mv_prep_kernel(const rl_mv_args a) {
  * for the previous kernel), so the weight latency overlaps staging x. Prologue: stage x in
  * shared memory, RMS-normalised as the CPU does (sum of squares in double, then w * (x * r)),
  * padded by 4 floats per 32 so a quarter-warp's 16-byte loads hit distinct banks. Lane l takes
- * chunks l, l + 32, ... of both rows; lane sums meet in a fixed butterfly (no atomics). */
+ * units l, l + 32, ... of both rows; lane sums meet in a fixed butterfly (no atomics). Decode
+ * blocks have up to 16 warps (the prologue is per block: bigger blocks do it fewer times per
+ * SM; 7B Q4_0 +7% at 16: docs/PERF.md); the register budget is MINB blocks of 256 threads per
+ * SM either way. (Splitting a row pair across the warps of a block, summed through shared
+ * memory, was measured and dropped: no faster on 7B, 5% slower on TinyLlama.) */
 template <int T, bool GLU, bool Q8, bool LUT, int NS>
-__global__ void __launch_bounds__(256, NS == 1 ? mv_tr<T>::MINB : 1) mv_kernel(const rl_mv_args a) {
+__global__ void __launch_bounds__(NS == 1 ? 512 : 256) __maxnreg__(NS == 1 ? mv_tr<T>::REGS : 255)
+mv_kernel(const rl_mv_args a) {
     constexpr int U = mv_tr<T>::U;
     extern __shared__ float xs[];
     __shared__ double red[32];
@@ -817,31 +845,39 @@ static mv_fn prep_kernel_for(uint32_t type, bool q8, bool lut) {
     return lut ? mv_prep_kernel<1, true> : mv_prep_kernel<2, true>;
 }
 
+/* Blocks of mv_kernel f resident per SM at once (occupancy, then the knob's cap). */
+static int mv_occupancy(mv_fn f, int threads, size_t smem, const rl_cuda_knobs *k) {
+    int occ = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, threads, smem) != cudaSuccess || occ < 1)
+        occ = 1;
+    return occ < k->mv_blocks_per_sm ? occ : k->mv_blocks_per_sm;
+}
+
 /* One launch of a uniform-type argument set. Grid: enough blocks for one item per warp, capped
  * at what is resident at once (occupancy, and the knob), so there is no second wave: warps
- * that get several items loop. */
+ * that get several items loop. A chunk (ns > 1) first stages its columns with the one-column
+ * prologue (the decode kernel's block size, so the same bits), then runs blocks of at most 8
+ * warps (the ns-column kernels need the registers). */
 static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
     bool glu = a->mode == RL_MV_GLU;
     int items = 0;
     if (glu) items = a->seg[0].w.rows;
     else
         for (int i = 0; i < a->nseg; i++) items += (a->seg[i].w.rows + 1) / 2;
-    bool q8 = a->fast && rl_mv_q8(a->seg[0].w.type), lut = k->rq2_lut != 0;
+    uint32_t type = a->seg[0].w.type;
+    bool q8 = a->fast && rl_mv_q8(type), lut = k->rq2_lut != 0;
     int ns = a->ns > 1 ? a->ns : 1, warps = k->mv_warps, launches = 1;
     if (ns != 1 && ns != 4 && ns != 8 && ns != 16) return -1;
-    mv_fn f = mv_kernel_for(a->seg[0].w.type, glu, q8, lut, ns);
+    mv_fn f = mv_kernel_for(type, glu, q8, lut, ns);
     if (ns > 1) { /* stage the columns: the one-column prologue, once per column */
-        if (rl_launch(prep_kernel_for(a->seg[0].w.type, q8, lut), dim3(ns), dim3(warps * 32), 0, st,
-                      k->pdl != 0, *a))
+        if (rl_launch(prep_kernel_for(type, q8, lut), dim3(ns), dim3(warps * 32), 0, st, k->pdl != 0, *a))
             return -1;
         launches = 2;
+        if (warps > 8) warps = 8;
     }
-    int blocks = (items + warps - 1) / warps, occ = 0;
     size_t smem = ns == 1 ? rl_mv_smem(a->n, q8) : 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, warps * 32, smem) != cudaSuccess || occ < 1)
-        occ = 1;
-    if (occ > k->mv_blocks_per_sm) occ = k->mv_blocks_per_sm;
-    if (blocks > occ * n_sm) blocks = occ * n_sm;
+    int blocks = (items + warps - 1) / warps, cap = mv_occupancy(f, warps * 32, smem, k) * n_sm;
+    if (blocks > cap) blocks = cap;
     if (blocks < 1) blocks = 1;
     return rl_launch(f, dim3(blocks), dim3(warps * 32), smem, st, k->pdl != 0, *a) ? -1 : launches;
 }
