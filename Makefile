@@ -19,7 +19,10 @@ PCRE_LIBS   := $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-
 JANSSON_LIBS := $(shell pkg-config --libs jansson 2>/dev/null || echo -ljansson)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
-CFLAGS  += -std=c11 $(OPT) -g $(ARCH) $(WARN) -D_GNU_SOURCE -pthread $(PCRE_CFLAGS) $(SAN)
+# -ffp-contract=off: no fused multiply-adds the source does not write (gcc already does this
+# under -std=c11; clang would fuse), so the scalar references and the K-quant search round
+# every product as written: the K-quants are byte-identical to llama-quantize's only then.
+CFLAGS  += -std=c11 -ffp-contract=off $(OPT) -g $(ARCH) $(WARN) -D_GNU_SOURCE -pthread $(PCRE_CFLAGS) $(SAN)
 LDLIBS  += $(PCRE_LIBS) $(JANSSON_LIBS) -lm -pthread
 LDFLAGS += $(SAN)
 

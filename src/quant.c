@@ -332,32 +332,92 @@ static inline float wt(const float *w, size_t j) {
     return w ? w[j] : 1.0f;
 }
 
-/* Asymmetric sub-block fit x ~ scale*q - min, q in [0, qmax], with min >= 0 (the K-quant
- * convention). Starts from the range and tries a few narrower/wider steps, keeping the one
- * with the least (w-weighted) squared error: clipping a lone outlier often pays. */
-static void fit_asym(const float *x, const float *w, size_t n, int qmax, float *scale, float *min) {
-    float lo = 0, hi = 0;
-    for (size_t i = 0; i < n; i++) {
-        lo = fminf(lo, x[i]);
-        hi = fmaxf(hi, x[i]);
+/* ---- K-quants: the same blocks as llama.cpp's llama-quantize (without an imatrix) -------
+ *
+ * The searches below reproduce ggml's reference K-quantizers step for step, so a model
+ * quantized here is byte-identical to one quantized by llama-quantize from the same floats
+ * (tests/py/test_kquant_llama.py holds llama.cpp's blocks for a set of rows). Identity needs
+ * the same float operations in the same order: every sum is accumulated left to right in
+ * float, products are grouped as written in the comments, nothing is fused (the build runs
+ * without FP contraction; ggml's quantizers live in its baseline-x86-64 base library, which
+ * has no FMA to contract into), and rounding goes through kq_round. */
+
+#ifdef __clang__
+/* clang contracts a*b + c into an fma by default even in ISO C mode (gcc does not under
+ * -std=c11); a fused multiply-add rounds once where ggml rounds twice and changes the bytes */
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/* Nearest integer, ties to even, the way ggml rounds in its K-quantizers: adding 1.5 * 2^23
+ * leaves the float with a unit of 1 in the last place, so the adder rounds (to nearest even)
+ * and the integer sits in the low mantissa bits. For |v| < 2^22 this is lrintf; beyond that it
+ * wraps where lrintf would not, and matching llama.cpp there too costs nothing. */
+static inline int kq_round(float v) {
+    return (int)(f32_bits(v + 12582912.0f) & 0x7fffffu) - 0x400000;
+}
+
+/* Asymmetric fit of one 32-value sub-block, x ~ scale * q + lo with q in [0, nmax] and
+ * lo <= 0, minimising sum_i e_i (x_i - scale*q_i - lo)^2 for the error weights e. Start: the
+ * range [min(x, 0), max(x)] split into nmax steps. Then nsteps + 1 candidate grids, the range
+ * split into nmax + r0 + 0.1 k steps (k = 0..nsteps; r0 < 0 widens the steps, clipping the
+ * extremes), each with the codes it rounds to and the weighted least-squares (scale, lo) for
+ * those codes (lo pinned to 0 when it would come out positive); a candidate replaces the best so
+ * far only when its error is strictly smaller. Fills q (the best candidate's codes) and *neg_lo
+ * (= -lo, the "min" K-quants store); returns scale (0 for a constant sub-block). */
+static float kq_fit_asym(const float *x, const float *e, int nmax, float r0, int nsteps, uint8_t *q, float *neg_lo) {
+    enum { N = 32 };
+    float lo = x[0], hi = x[0], sum_e = e[0], sum_ex = e[0] * x[0];
+    for (size_t i = 1; i < N; i++) {
+        if (x[i] < lo) lo = x[i];
+        if (x[i] > hi) hi = x[i];
+        sum_e += e[i];
+        sum_ex += e[i] * x[i];
     }
-    *min = -lo;
-    *scale = hi > lo ? (hi - lo) / qmax : 0;
-    if (hi <= lo) return;
-    float best = INFINITY;
-    for (int step = -6; step <= 4; step++) {
-        float s = (hi - lo) / (qmax + step * 0.25f);
-        float e = 0;
-        for (size_t i = 0; i < n; i++) {
-            int q = clampi((int)lrintf((x[i] - lo) / s), 0, qmax);
-            float r = s * q + lo - x[i];
-            e += w ? w[i] * (r * r) : r * r;
+    if (lo > 0) lo = 0;
+    if (hi == lo) {
+        memset(q, 0, N);
+        *neg_lo = -lo;
+        return 0;
+    }
+    float inv = (float)nmax / (hi - lo), scale = 1 / inv, best = 0;
+    for (size_t i = 0; i < N; i++) {
+        q[i] = (uint8_t)clampi(kq_round(inv * (x[i] - lo)), 0, nmax);
+        float r = scale * q[i] + lo - x[i];
+        best += e[i] * (r * r);
+    }
+    uint8_t cand[N];
+    for (int k = 0; k <= nsteps; k++) {
+        inv = (r0 + 0.1f * (float)k + (float)nmax) / (hi - lo);
+        /* sums over codes c: e c, (e c) c, (e c) x, grouped as written */
+        float s_c = 0, s_cc = 0, s_cx = 0;
+        for (size_t i = 0; i < N; i++) {
+            int c = clampi(kq_round(inv * (x[i] - lo)), 0, nmax);
+            cand[i] = (uint8_t)c;
+            s_c += e[i] * (float)c;
+            s_cc += e[i] * (float)c * (float)c;
+            s_cx += e[i] * (float)c * x[i];
         }
-        if (e < best) {
-            best = e;
-            *scale = s;
+        float det = sum_e * s_cc - s_c * s_c;
+        if (!(det > 0)) continue;
+        float cs = (sum_e * s_cx - sum_ex * s_c) / det, clo = (s_cc * sum_ex - s_c * s_cx) / det;
+        if (clo > 0) {
+            clo = 0;
+            cs = s_cx / s_cc;
+        }
+        float err = 0;
+        for (size_t i = 0; i < N; i++) {
+            float r = cs * cand[i] + clo - x[i];
+            err += e[i] * (r * r);
+        }
+        if (err < best) {
+            memcpy(q, cand, N);
+            best = err;
+            scale = cs;
+            lo = clo;
         }
     }
+    *neg_lo = -lo;
+    return scale;
 }
 
 /* Packs 8 six-bit scales and mins the way scale_min_k4 reads them. */
@@ -369,107 +429,147 @@ static void pack_scale_min_k4(const uint8_t *sc, const uint8_t *m, uint8_t *q) {
     }
 }
 
-/* Q4_K and Q5_K share everything but the number of levels and where the fifth bit goes. */
+/* Q4_K and Q5_K share everything but the number of levels, the search's grid (Q4_K: 21
+ * candidates from nmax - 1, Q5_K: 16 from nmax - 0.5, both in steps of 0.1) and where the
+ * fifth bit goes.
+ * Per sub-block, the error weight of x_l is rms(sub-block) + |x_l| (large values count more,
+ * never zero). With calibration importances w the weight is w_l times that, so uniform
+ * importances give the plain fit's choices (block_w passes NULL for those anyway: bytes
+ * identical). The 6-bit sub-block scales and mins are the searched ones on the grid
+ * max/63; the codes are then re-derived from the stored (fp16, 6-bit) values, except in a
+ * sub-block whose stored scale is 0, which keeps its search codes as llama.cpp does. */
 static void quant_k45(const float *x, const float *w, uint8_t *b, int bits) {
     int qmax = (1 << bits) - 1;
-    float scale[8], min[8], smax = 0, mmax = 0;
+    float r0 = bits == 4 ? -1.0f : -0.5f;
+    int nsteps = bits == 4 ? 20 : 15;
+    float scale[8], min[8], smax = 0, mmax = 0, e[32];
+    uint8_t q[RL_QK_K];
     for (size_t j = 0; j < 8; j++) {
-        fit_asym(x + 32 * j, w ? w + 32 * j : NULL, 32, qmax, &scale[j], &min[j]);
-        smax = fmaxf(smax, scale[j]);
-        mmax = fmaxf(mmax, min[j]);
+        const float *xs = x + 32 * j;
+        float ss = 0;
+        for (size_t l = 0; l < 32; l++) ss += xs[l] * xs[l];
+        float rms = sqrtf(ss / 32);
+        for (size_t l = 0; l < 32; l++) e[l] = w ? w[32 * j + l] * (rms + fabsf(xs[l])) : rms + fabsf(xs[l]);
+        scale[j] = kq_fit_asym(xs, e, qmax, r0, nsteps, q + 32 * j, &min[j]);
+        if (scale[j] > smax) smax = scale[j];
+        if (min[j] > mmax) mmax = min[j];
     }
-    float d = smax / 63, dmin = mmax / 63;
-    /* the stored (fp16) super-scales are what the decoder multiplies by */
-    st_f16(b, d);
-    st_f16(b + 2, dmin);
-    d = ld_f16(b);
-    dmin = ld_f16(b + 2);
+    float inv_s = smax > 0 ? 63.0f / smax : 0.0f, inv_m = mmax > 0 ? 63.0f / mmax : 0.0f;
     uint8_t sc[8], m[8];
     for (size_t j = 0; j < 8; j++) {
-        sc[j] = (uint8_t)(d > 0 ? clampi((int)lrintf(scale[j] / d), 0, 63) : 0);
-        m[j] = (uint8_t)(dmin > 0 ? clampi((int)lrintf(min[j] / dmin), 0, 63) : 0);
+        /* the uint8 wrap before the clamp is ggml's (it only matters for a negative scale) */
+        uint8_t ls = (uint8_t)kq_round(inv_s * scale[j]), lm = (uint8_t)kq_round(inv_m * min[j]);
+        sc[j] = ls < 63 ? ls : 63;
+        m[j] = lm < 63 ? lm : 63;
     }
     pack_scale_min_k4(sc, m, b + 4);
+    /* the stored (fp16) super-scales are what the decoder multiplies by */
+    st_f16(b, smax / 63.0f);
+    st_f16(b + 2, mmax / 63.0f);
+    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    for (size_t j = 0; j < 8; j++) {
+        float ds = d * sc[j];
+        if (ds == 0) continue;
+        float dm = dmin * m[j];
+        for (size_t l = 0; l < 32; l++) q[32 * j + l] = (uint8_t)clampi(kq_round((x[32 * j + l] + dm) / ds), 0, qmax);
+    }
     uint8_t *qh = bits == 5 ? b + 16 : NULL, *qs = bits == 5 ? b + 48 : b + 16;
     if (qh) memset(qh, 0, 32);
     for (size_t j = 0; j < 8; j++) {
-        float ds = d * sc[j], dm = dmin * m[j];
         for (size_t l = 0; l < 32; l++) {
-            int q = ds > 0 ? clampi((int)lrintf((x[32 * j + l] + dm) / ds), 0, qmax) : 0;
+            int c = q[32 * j + l];
             /* sub-blocks 2k and 2k+1 share the bytes qs[32k..32k+32): low then high nibble */
             uint8_t *p = qs + 32 * (j / 2) + l;
             if (j % 2 == 0)
-                *p = (uint8_t)(q & 0xF);
+                *p = (uint8_t)(c & 0xF);
             else
-                *p |= (uint8_t)((q & 0xF) << 4);
-            if (qh) qh[l] |= (uint8_t)(((q >> 4) & 1) << j);
+                *p |= (uint8_t)((c & 0xF) << 4);
+            if (qh) qh[l] |= (uint8_t)(((c >> 4) & 1) << j);
         }
     }
 }
 
-/* Scale of 16 values on the 6-bit grid [-32, 31]: the largest-magnitude value mapped to 17
- * candidate levels around -32 (-34 .. -30 in quarter steps), each followed by a least-squares
- * refit of the scale to the codes it gives; the candidate with the smallest squared error wins
- * (the plain "largest value to -32" fit is one of them, so the error never grows). */
-static float q6_scale16(const float *x) {
+/* Symmetric scale of 16 values on the 6-bit grid [-32, 31], minimising sum x^2 (x - s q)^2
+ * (the x^2 weight favours the large values). Candidates: the signed value of largest magnitude
+ * mapped to -(32 + 0.1 k), k = -9..9; each gives codes and the least-squares scale for them,
+ * and a candidate wins when it lowers the error (the comparison is on sum(e q x)^2 / sum(e q^2),
+ * the error reduction of the least-squares scale, strictly greater). Fills q with codes + 32
+ * (0 for an all-zero sub-block) and returns the scale. */
+static float q6_fit_sym(const float *x, uint8_t *q) {
+    enum { N = 16, NMAX = 32 };
     float amax = 0, max = 0;
-    for (size_t l = 0; l < 16; l++)
-        if (amax < fabsf(x[l])) {
-            amax = fabsf(x[l]);
-            max = x[l];
+    for (size_t i = 0; i < N; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            max = x[i];
         }
-    if (amax == 0) return 0;
-    float best = max / -32, best_err = INFINITY;
-    for (int k = -8; k <= 8; k++) {
-        float id = (-32.0f + 0.25f * (float)k) / max, sqx = 0, sqq = 0;
-        int q[16];
-        for (size_t l = 0; l < 16; l++) {
-            q[l] = clampi((int)lrintf(x[l] * id), -32, 31);
-            sqx += (float)q[l] * x[l];
-            sqq += (float)(q[l] * q[l]);
-        }
-        if (sqq == 0) continue;
-        float sc = sqx / sqq, err = 0;
-        for (size_t l = 0; l < 16; l++) {
-            float r = x[l] - sc * (float)q[l];
-            err += r * r;
-        }
-        if (err < best_err) {
-            best_err = err;
-            best = sc;
-        }
+    if (amax < 1e-15f) {
+        memset(q, 0, N);
+        return 0;
     }
-    return best;
+    float best = 0, scale = 0;
+    for (int k = 0; k <= 18; k++) {
+        /* k = 0 is the plain fit (-32 / max), always taken; then t = -9..-1, 1..9 */
+        int t = k == 0 ? 0 : k <= 9 ? k - 10 : k - 9;
+        float inv = k == 0 ? (float)-NMAX / max : -((float)NMAX + 0.1f * (float)t) / max;
+        float s_cx = 0, s_cc = 0;
+        for (size_t i = 0; i < N; i++) {
+            int c = clampi(kq_round(inv * x[i]), -NMAX, NMAX - 1);
+            float e = x[i] * x[i];
+            s_cx += e * x[i] * (float)c;
+            s_cc += e * (float)c * (float)c;
+        }
+        bool take = k == 0 || (s_cc > 0 && s_cx * s_cx > best * s_cc);
+        if (!take) continue;
+        for (size_t i = 0; i < N; i++) q[i] = (uint8_t)(clampi(kq_round(inv * x[i]), -NMAX, NMAX - 1) + NMAX);
+        scale = s_cc != 0 ? s_cx / s_cc : 0.0f;
+        best = scale * s_cx;
+    }
+    return scale;
 }
 
 static void quant_q6_k(const float *x, uint8_t *b) {
-    /* per 16 values: a searched scale (q6_scale16); the super-block scale d maps the largest
-     * sub-block scale to -128 */
+    /* per 16 values a searched scale (q6_fit_sym); the super-block scale d maps the sub-block
+     * scale of largest magnitude to -128 */
     float scale[16], amax_s = 0, max_s = 0;
+    uint8_t q[RL_QK_K];
     for (size_t j = 0; j < 16; j++) {
-        scale[j] = q6_scale16(x + 16 * j);
-        if (amax_s < fabsf(scale[j])) {
+        scale[j] = q6_fit_sym(x + 16 * j, q + 16 * j);
+        if (fabsf(scale[j]) > amax_s) {
             amax_s = fabsf(scale[j]);
             max_s = scale[j];
         }
     }
-    float d = max_s / -128;
-    st_f16(b + 208, d);
-    d = ld_f16(b + 208);
+    memset(b, 0, 210);
+    if (amax_s < 1e-15f) return; /* all codes 0, all scales 0, d = +0 */
+    float inv = -128.0f / max_s;
+    st_f16(b + 208, 1 / inv);
+    float d = ld_f16(b + 208);
     int8_t *sc = (int8_t *)(b + 192);
+    for (size_t j = 0; j < 16; j++) {
+        int s = kq_round(inv * scale[j]);
+        sc[j] = (int8_t)(s < 127 ? s : 127);
+    }
+    /* codes from the stored scales, except where a stored scale is 0: those keep the search's */
+    for (size_t j = 0; j < 16; j++) {
+        float ds = d * sc[j];
+        if (ds == 0) continue;
+        for (size_t l = 0; l < 16; l++) q[16 * j + l] = (uint8_t)(clampi(kq_round(x[16 * j + l] / ds), -32, 31) + 32);
+    }
     uint8_t *ql = b, *qh = b + 128;
-    memset(b, 0, 192);
-    for (size_t j = 0; j < 16; j++) sc[j] = (int8_t)(d != 0 ? clampi((int)lrintf(scale[j] / d), -128, 127) : 0);
     for (size_t i = 0; i < RL_QK_K; i++) {
-        float ds = d * sc[i / 16];
-        int q = ds != 0 ? clampi((int)lrintf(x[i] / ds), -32, 31) + 32 : 32;
+        int c = q[i];
         /* element i lives in half h, quarter k (which nibble / qh bit pair), lane l */
         size_t h = i / 128, k = (i % 128) / 32, l = i % 32;
         uint8_t *pl = ql + 64 * h + l + (k % 2) * 32;
-        *pl |= (uint8_t)((q & 0xF) << (k / 2 * 4));
-        qh[32 * h + l] |= (uint8_t)(((q >> 4) & 3) << (2 * k));
+        *pl |= (uint8_t)((c & 0xF) << (k / 2 * 4));
+        qh[32 * h + l] |= (uint8_t)(((c >> 4) & 3) << (2 * k));
     }
 }
+
+#ifdef __clang__
+#pragma STDC FP_CONTRACT DEFAULT
+#endif
 
 /* RQ2 fit of one block. Returns the (w-weighted) squared error of x ~ d*q + m with d and m
  * first rounded to fp16 (what the file stores) and the codes q chosen as the nearest level (the

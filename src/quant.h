@@ -31,12 +31,14 @@ void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
 
 /* Quantizes n floats into type (any computable type). Q8_0, Q4_0, Q5_0 and Q5_1 follow ggml's
- * reference quantizers (byte-identical to gguf.quants.quantize); the K-quants produce valid blocks with a simple rounding search;
+ * reference quantizers (byte-identical to gguf.quants.quantize); Q4_K, Q5_K and Q6_K follow llama.cpp's
+ * reference K-quantizers (byte-identical to llama-quantize without an imatrix);
  * RQ2 searches (d, m) per block for the least squared error (docs/FORMATS.md, section RQ2). */
 void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
 /* Same, with per-element importances w[0..n) (calibration: mean squared activation of each
  * input column; w NULL = rl_quant_row, byte for byte). Types with a search (Q4_K, Q5_K, RQ2)
- * minimise sum_j w_j (x_j - deq_j)^2 instead of the plain squared error; a block whose weights
+ * multiply each element's error term by w_j (RQ2: sum_j w_j (x_j - deq_j)^2; Q4_K/Q5_K: on top
+ * of their own per-element error weights); a block whose weights
  * are all equal is quantized exactly as without weights. The other types ignore w. */
 void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const float *w);
 /* True when rl_quant_row_w uses its weights for this type. */
