@@ -336,7 +336,12 @@ size_t rl_attention_smem(const rl_att_args *a) {
 int rl_attention_prepare(const rl_att_args *a) {
     const size_t smem = rl_attention_smem(a);
     if (smem <= 48 * 1024) return 0;
-    return (int)cudaFuncSetAttribute(att_kernel(a), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    const int hj = (a->hd + 63) / 64;
+    for (att_fn f : {att_pick<false>(hj), att_pick<true>(hj)}) { /* either cache type */
+        cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return (int)err;
+    }
+    return 0;
 }
 
 /* The split widening keeps at most max_split splits active at any position, so the grid needs no more:

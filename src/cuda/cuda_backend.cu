@@ -302,7 +302,8 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
     mark(c, "embed", (double)c->emb.q_row + (double)c->emb.s_row);
     for (size_t l = 0; l < cfg->n_layer; l++) {
         const dlayer *L = &c->lay[l];
-        uint16_t *kc = (uint16_t *)c->kc + l * c->n_ctx * c->kv_dim, *vc = (uint16_t *)c->vc + l * c->n_ctx * c->kv_dim;
+        rl_att_args t; /* this layer's cache (the fold's K/V write, then attention) */
+        att_layer(c, l, &t);
         /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
          * differ). Llama RoPE (adjacent pairs) and the f16 K/V write fold into its epilogue;
          * q/k norms (qwen3) and neox rotation keep the separate rope_kv launch. */
@@ -310,8 +311,8 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
         rl_mv_args a;
         memset(&a, 0, sizeof a);
         seg(&a.seg[0], &L->wq, L->bq, c->q, NULL, fold);
-        seg(&a.seg[1], &L->wk, L->bk, fold ? NULL : c->k, fold ? kc : NULL, fold);
-        seg(&a.seg[2], &L->wv, L->bv, fold ? NULL : c->v, fold ? vc : NULL, false);
+        seg(&a.seg[1], &L->wk, L->bk, fold ? NULL : c->k, fold ? t.kc : NULL, fold);
+        seg(&a.seg[2], &L->wv, L->bv, fold ? NULL : c->v, fold ? t.vc : NULL, false);
         a.nseg = 3;
         a.mode = RL_MV_STORE;
         a.x = c->x;
@@ -329,8 +330,6 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
         else c->launches += (size_t)k;
         mark(c, fold ? "qkv+rope+kv" : "qkv", dmat_bytes(&L->wq) + dmat_bytes(&L->wk) + dmat_bytes(&L->wv));
         /* rope + cache write (unless folded), then attention */
-        rl_att_args t;
-        att_layer(c, l, &t);
         t.q = c->q;
         t.k = c->k;
         t.v = c->v;

@@ -183,8 +183,9 @@ void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
  * over [0, pos + z] with its own q (tok_stride apart), output (q_dim apart), partials and
  * tickets: each token's arithmetic is exactly the one-token launch's. */
 int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
-/* Dynamic shared memory of one flash-decode block (a.n_head, n_head_kv, hd, split_max), and
- * the kernel's limit raised to it (at open: never inside a capture); cudaError_t. */
+/* Dynamic shared memory of one flash-decode block (a.hd, split_max), and the limit of the
+ * kernels for that head size (f16 and q8 cache) raised to it (at open: never inside a
+ * capture); cudaError_t. */
 size_t rl_attention_smem(const rl_att_args *a);
 int rl_attention_prepare(const rl_att_args *a);
 

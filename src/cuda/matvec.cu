@@ -853,6 +853,16 @@ static int mv_occupancy(mv_fn f, int threads, size_t smem, const rl_cuda_knobs *
     return occ < k->mv_blocks_per_sm ? occ : k->mv_blocks_per_sm;
 }
 
+/* Warps per block of the one-token kernel f1: the knob's, halved while that keeps more warps
+ * resident (Q8_0 and RQ2, at 80 registers, fit one 16-warp block per SM, 16 warps, but three
+ * 8-warp blocks, 24). A chunk's staging kernel uses the same size, so its sums are the same. */
+static int mv_block_warps(mv_fn f1, int warps, size_t smem, const rl_cuda_knobs *k) {
+    while (warps > 8 && mv_occupancy(f1, warps / 2 * 32, smem, k) * (warps / 2) >
+                            mv_occupancy(f1, warps * 32, smem, k) * warps)
+        warps /= 2;
+    return warps;
+}
+
 /* One launch of a uniform-type argument set. Grid: enough blocks for one item per warp, capped
  * at what is resident at once (occupancy, and the knob), so there is no second wave: warps
  * that get several items loop. A chunk (ns > 1) first stages its columns with the one-column
@@ -869,6 +879,7 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
     int ns = a->ns > 1 ? a->ns : 1, warps = k->mv_warps, launches = 1;
     if (ns != 1 && ns != 4 && ns != 8 && ns != 16) return -1;
     mv_fn f = mv_kernel_for(type, glu, q8, lut, ns);
+    warps = mv_block_warps(mv_kernel_for(type, glu, q8, lut, 1), warps, rl_mv_smem(a->n, q8), k);
     if (ns > 1) { /* stage the columns: the one-column prologue, once per column */
         if (rl_launch(prep_kernel_for(type, q8, lut), dim3(ns), dim3(warps * 32), 0, st, k->pdl != 0, *a))
             return -1;
