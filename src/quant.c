@@ -513,15 +513,17 @@ static float q6_fit_sym(const float *x, uint8_t *q) {
         int t = k == 0 ? 0 : k <= 9 ? k - 10 : k - 9;
         float inv = k == 0 ? (float)-NMAX / max : -((float)NMAX + 0.1f * (float)t) / max;
         float s_cx = 0, s_cc = 0;
+        uint8_t cand[N]; /* codes + 32 */
         for (size_t i = 0; i < N; i++) {
             int c = clampi(kq_round(inv * x[i]), -NMAX, NMAX - 1);
             float e = x[i] * x[i];
             s_cx += e * x[i] * (float)c;
             s_cc += e * (float)c * (float)c;
+            cand[i] = (uint8_t)(c + NMAX);
         }
         bool take = k == 0 || (s_cc > 0 && s_cx * s_cx > best * s_cc);
         if (!take) continue;
-        for (size_t i = 0; i < N; i++) q[i] = (uint8_t)(clampi(kq_round(inv * x[i]), -NMAX, NMAX - 1) + NMAX);
+        memcpy(q, cand, N);
         scale = s_cc != 0 ? s_cx / s_cc : 0.0f;
         best = scale * s_cx;
     }

@@ -9,12 +9,9 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include "dequant.cuh"
 #include "kernels.h"
 #include "reduce.cuh"
-
-__device__ __forceinline__ uint32_t word4(const uint4 &v, int k) {
-    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
-}
 
 /* Stores value v of cache cell i (position row + column): f16, or with a q8 cache (a.kd set)
  * int8 with one fp32 scale per 32 cells, rounded as the CPU's --kv-type q8 (rl_round_i8_32:
@@ -28,8 +25,9 @@ __device__ __forceinline__ void kv_put(uint16_t *c, float *cd, size_t i, float v
     }
     float amax = fabsf(v);
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
-    ((int8_t *)c)[i] = (int8_t)__float2int_rn(__fmul_rn(v, id));
+    float id;
+    const float d = i8_scale(amax, &id);
+    ((int8_t *)c)[i] = (int8_t)i8_round(v, id);
     if (i % 32 == 0) cd[i / 32] = d;
 }
 
@@ -161,7 +159,7 @@ __global__ void __launch_bounds__(ATT_THREADS) flash_decode_kernel(const rl_att_
                     float t0 = 0.0f, t1 = 0.0f;
 #pragma unroll
                     for (int w = 0; w < 8; w++) {
-                        const uint32_t u = word4(kk[2 * b + w / 4], w % 4);
+                        const uint32_t u = word(kk[2 * b + w / 4], w % 4);
                         t0 = fmaf(qq[4 * w], (float)(int8_t)(u & 0xff), t0);
                         t1 = fmaf(qq[4 * w + 1], (float)(int8_t)((u >> 8) & 0xff), t1);
                         t0 = fmaf(qq[4 * w + 2], (float)(int8_t)((u >> 16) & 0xff), t0);

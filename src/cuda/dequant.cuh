@@ -1,7 +1,8 @@
 /* Dequantisers of the device weight layouts (rl_dmat, kernels.h): chunk c (32 values) of one
  * row to fp32, in the C reference's operation order (no FMA contraction), so a dequantised
  * value equals the CPU's. Shared by the matvec (its fp32 fallback), the embedding lookup and
- * the fast prefill's fp16 weight expansion (prefill.cu). Device code only. */
+ * the fast prefill's fp16 weight expansion (prefill.cu); also the CPU's int8 rounding of 32
+ * values, which the activations and the q8 KV cache share. Device code only. */
 #ifndef RL_CUDA_DEQUANT_CUH
 #define RL_CUDA_DEQUANT_CUH
 
@@ -11,6 +12,22 @@
 #include "types.h"
 
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+/* Word k of a 16-byte load. */
+__device__ __forceinline__ uint32_t word(const uint4 &v, int k) {
+    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
+}
+
+/* The CPU's 32-value int8 rounding (rl_round_i8_32, src/quant.c), its operations exactly:
+ * d = amax / 127 and the inverse 127 / amax (0 for an all-zero block), IEEE divisions; a value
+ * becomes rint(v * id), half to even. The activations' rounding (matvec's quant_x8) and the q8
+ * KV cache (attention's kv_put) both go through these. */
+__device__ __forceinline__ float i8_scale(float amax, float *id) {
+    const float d = __fdiv_rn(amax, 127.0f);
+    *id = d != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+    return d;
+}
+__device__ __forceinline__ int i8_round(float v, float id) { return __float2int_rn(__fmul_rn(v, id)); }
 __device__ __forceinline__ float ldh(const uint8_t *p) {
     return h2f((uint16_t)(p[0] | (p[1] << 8)));
 }

@@ -202,10 +202,6 @@ __device__ __forceinline__ void ld_chunk(raw_chunk<T> &r, const uint8_t *w, cons
     }
 }
 
-__device__ __forceinline__ uint32_t word(const uint4 &v, int k) {
-    return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w;
-}
-
 /* acc[i] += chunk c of row i · xc for both rows, in chunk_dot's op order (so the sums are those
  * of v1); x is read from shared memory once for the two rows. */
 template <int T>
@@ -520,7 +516,8 @@ __device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsu
         for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(e[j]));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        float d = __fdiv_rn(amax, 127.0f), id = d != 0.0f ? __fdiv_rn(127.0f, amax) : 0.0f;
+        float id;
+        const float d = i8_scale(amax, &id);
         int sum = 0;
         uint32_t w2[2];
 #pragma unroll
@@ -528,7 +525,7 @@ __device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsu
             uint32_t u = 0;
 #pragma unroll
             for (int b = 0; b < 4; b++) {
-                int q = __float2int_rn(__fmul_rn(e[4 * w + b], id));
+                int q = i8_round(e[4 * w + b], id);
                 sum += q;
                 u |= (uint32_t)(q & 0xff) << (8 * b);
             }
