@@ -58,6 +58,7 @@ struct rl_cuda {
     cudaStream_t st;
     cudaGraphExec_t graph; /* one token */
     size_t launches;
+    size_t streamed; /* of them, streamed matvecs (mvs.cu) */
     /* --profile: a second graph with a timing event after every step (marks) */
     bool prof_on, prof_cap;
     cudaGraphExec_t pgraph;
@@ -125,14 +126,21 @@ static int knob(const char *name, int def, int lo, int hi, int *out, rl_err *e) 
  * Llama-3-8B Q4_0 426 vs 397; at 2048, TinyLlama Q4_0 1271 vs 1273, F16 830 vs 870). */
 static int mv_warps_for(size_t n_embd) { return n_embd >= 4096 ? 16 : 8; }
 
+/* Which weight types decoding's matvec streams (mvs.cu) when RL_CUDA_MVS is unset: 1 all four
+ * plane types, 2 Q4_0 and Q8_0 only. With PDL on the streamed launches (H200, tg128,
+ * docs/PERF.md v2.4): TinyLlama F16 +15% streamed, Llama-2-7B F16 -8% (its 16-bit rings leave
+ * 13-16 warps per SM where the register kernel has 32); Q4_0/Q8_0 gain at both sizes. */
+static int mvs_for(size_t n_embd) { return n_embd >= 4096 ? 2 : 1; }
+
 static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
     if (knob("RL_CUDA_MV_WARPS", 0, 0, 16, &k->mv_warps, e) || /* 0: mv_warps_for */
         knob("RL_CUDA_MV_BLOCKS", 8, 1, 64, &k->mv_blocks_per_sm, e) ||
         knob("RL_CUDA_ATT_SPLIT", 32, 32, 8192, &k->att_split, e) ||
         knob("RL_CUDA_ATT_MAXSPLIT", 32, 1, 1024, &k->att_max_split, e) ||
-        knob("RL_CUDA_PDL", 0, 0, 1, &k->pdl, e) || /* measured slower: docs/PERF.md */
+        knob("RL_CUDA_PDL", 2, 0, 2, &k->pdl, e) || /* 2: the streamed matvec's launches (docs/PERF.md) */
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
-        knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e)) /* RQ2 decoder: docs/CUDA.md */
+        knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */
+        knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e)) /* streamed matvec (mvs.cu); unset: mvs_for */
         return -1;
     return 0;
 }
@@ -240,6 +248,14 @@ static void mv_cols(rl_cuda *c, rl_mv_args *a, int ns, int ys) {
     a->scratch = c->mvs;
 }
 
+/* One matvec step of the token: launched, and counted (kernels; streamed ones). */
+static void mv_go(rl_cuda *c, const rl_mv_args *a, int *rc) {
+    int k = rl_mv_launch(a, &c->knobs, c->n_sm, c->st);
+    if (k < 0) *rc = -1;
+    else c->launches += (size_t)k;
+    c->streamed += rl_mvs_applies(a, &c->knobs);
+}
+
 static void mv1(rl_cuda *c, const rl_dmat *w, const float *bias, float *y, int mode, const float *x,
                 const float *norm_w, int n, int ns, int ys, int *rc) {
     rl_mv_args a;
@@ -255,9 +271,7 @@ static void mv1(rl_cuda *c, const rl_dmat *w, const float *bias, float *y, int m
     a.eps = c->m->cfg.norm_eps;
     a.n = n;
     a.fast = c->fast;
-    int k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
-    if (k < 0) *rc = -1;
-    else c->launches += (size_t)k;
+    mv_go(c, &a, rc);
 }
 
 static void seg(rl_mv_seg *s, const rl_dmat *w, const float *bias, float *y, uint16_t *y16, bool rope) {
@@ -293,8 +307,9 @@ static void att_layer(const rl_cuda *c, size_t l, rl_att_args *t) {
 static int enqueue(rl_cuda *c, int ns, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
     int D = (int)cfg->n_embd, F = (int)cfg->n_ff, V = (int)cfg->n_vocab, rc = 0;
-    bool pdl = c->knobs.pdl != 0;
+    bool pdl = c->knobs.pdl == 1; /* 2: only the streamed matvec's launches (rl_mvs_launch) */
     c->launches = 0;
+    c->streamed = 0;
     c->n_marks = 0;
     if (c->prof_cap) cudaEventRecordWithFlags(c->pev[0], c->st, cudaEventRecordExternal);
     rl_deq_rows_launch(&c->emb, c->io->toks, 0, ns, c->x, false, c->st); /* the first node: a plain launch */
@@ -325,9 +340,7 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
         a.rope_dim = (int)cfg->rope_dim;
         a.fast = c->fast;
         mv_cols(c, &a, ns, (int)c->qkv_dim);
-        int k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
-        if (k < 0) rc = -1;
-        else c->launches += (size_t)k;
+        mv_go(c, &a, &rc);
         mark(c, fold ? "qkv+rope+kv" : "qkv", dmat_bytes(&L->wq) + dmat_bytes(&L->wk) + dmat_bytes(&L->wv));
         /* rope + cache write (unless folded), then attention */
         t.q = c->q;
@@ -366,9 +379,7 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
         a.n = D;
         a.fast = c->fast;
         mv_cols(c, &a, ns, F);
-        k = rl_mv_launch(&a, &c->knobs, c->n_sm, c->st);
-        if (k < 0) rc = -1;
-        else c->launches += (size_t)k;
+        mv_go(c, &a, &rc);
         mark(c, "gate+up+silu", dmat_bytes(&L->wg) + dmat_bytes(&L->wu));
         /* x += Wd · hb */
         mv1(c, &L->wd, NULL, c->x, RL_MV_ADD, c->hb, NULL, F, ns, D, &rc);
@@ -488,10 +499,11 @@ static int cuda_profile(void *impl, bool on, rl_err *e) {
         for (int i = 0; i <= c->max_marks; i++)
             if (!c->pev[i]) CK(cudaEventCreate(&c->pev[i]));
         c->prof_cap = true;
-        size_t launches = c->launches;
+        size_t launches = c->launches, streamed = c->streamed;
         int rc = capture_into(c, &c->pgraph, 1, e);
         c->prof_cap = false;
         c->launches = launches;
+        c->streamed = streamed;
         if (rc) return -1;
     }
     c->prof_on = true;
@@ -665,11 +677,12 @@ static int prefill_fast(rl_cuda *c, const int32_t *tokens, size_t S, size_t pos,
         if (logits && all_logits) {
             if (pf_all_logits(c, n, logits + s0 * nv, e)) return -1;
         } else if (s0 + n == S) { /* the last token's logits: decoding's final norm + LM head */
-            size_t launches = c->launches;
+            size_t launches = c->launches, streamed = c->streamed;
             int rc = 0;
             mv1(c, &c->out, NULL, c->logits, RL_MV_STORE, c->px + (n - 1) * cfg->n_embd, c->out_norm,
                 (int)cfg->n_embd, 1, 0, &rc);
             c->launches = launches;
+            c->streamed = streamed;
             if (rc) return rl_fail(e, "CUDA: fast prefill: LM head launch failed");
             rl_argmax_launch(c->logits, (int)nv, c->amax, false, c->st);
             if (copy_logits(c, 0, 1, logits, e)) return -1;
@@ -705,9 +718,10 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
                 break;
             }
         if (gi >= 0 && !c->cgraph[gi]) {
-            size_t launches = c->launches; /* the report keeps the one-token count */
+            size_t launches = c->launches, streamed = c->streamed; /* the report keeps the one-token count */
             int rc = capture_into(c, &c->cgraph[gi], (int)ns, e);
             c->launches = launches;
+            c->streamed = streamed;
             if (rc) return -1;
         }
         rl_cuda_io *h = &c->h_io[pos + s];
@@ -779,6 +793,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     c->fast = !o->exact;
     if (read_knobs(&c->knobs, e)) return -1;
     if (!c->knobs.mv_warps) c->knobs.mv_warps = mv_warps_for(cfg->n_embd);
+    if (c->knobs.mvs < 0) c->knobs.mvs = mvs_for(cfg->n_embd);
     if (o->kv_type == RL_KV_F32)
         return rl_fail(e, "CUDA: --kv-type f32 is CPU-only; the GPU keeps an f16 or q8 cache");
     c->kv_q8 = o->kv_type == RL_KV_Q8;
@@ -893,8 +908,9 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     CK(cudaMallocHost((void **)&c->h_amax, sizeof(int32_t)));
     CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
     if (capture(c, e)) return -1;
-    snprintf(b->name, sizeof b->name, "cuda %.60s, graph of %zu launches/token%s%s", p.name, c->launches,
-             c->knobs.pdl ? ", PDL" : "", c->kv_q8 ? ", q8 KV cache" : "");
+    snprintf(b->name, sizeof b->name, "cuda %.40s, graph of %zu launches/token (%zu streamed)%s%s", p.name,
+             c->launches, c->streamed, c->knobs.pdl == 1 || (c->knobs.pdl == 2 && c->streamed) ? ", PDL" : "",
+             c->kv_q8 ? ", q8 KV cache" : "");
     /* prompts: fast unless asked for exact (or --exact); without cuBLAS an explicit
      * --prefill fast is an error, the default falls back to exact and says why */
     int pm = o->prefill == RL_PREFILL_AUTO ? (o->exact ? RL_PREFILL_EXACT : RL_PREFILL_FAST) : o->prefill;
@@ -955,11 +971,12 @@ extern "C" int32_t rl_cuda_last_argmax(void *impl) { return *((rl_cuda *)impl)->
 
 extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols,
                                    size_t row_bytes, const float *x, const float *norm_w, float eps,
-                                   int mode, bool fast, float *y, rl_err *e) {
+                                   int mode, bool fast, float *y, bool *streamed, rl_err *e) {
     rl_cuda c;
     memset(&c, 0, sizeof c);
     if (read_knobs(&c.knobs, e)) return -1;
     if (!c.knobs.mv_warps) c.knobs.mv_warps = 8;
+    if (c.knobs.mvs < 0) c.knobs.mvs = 1;
     c.knobs.pdl = 0; /* a lone launch on the legacy stream */
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
@@ -1000,6 +1017,7 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
         a.eps = eps;
         a.n = (int)cols;
         a.fast = fast;
+        if (streamed) *streamed = rl_mvs_applies(&a, &c.knobs);
         if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0) < 0 ||
             cudaDeviceSynchronize() || cudaMemcpy(y, dy, out_rows * 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));

@@ -127,15 +127,25 @@ struct rl_cuda_knobs {
     int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 32) */
     int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 32): wider
                             splits past att_split * att_max_split positions */
-    int pdl;             /* programmatic dependent launch (RL_CUDA_PDL, default 0; sm_90 only) */
+    int pdl;             /* programmatic dependent launch (RL_CUDA_PDL; sm_90 only): 0 off, 1 every
+                            launch, 2 (default) the streamed matvec's launches only */
     int rope_fold;       /* RoPE + KV write in the QKV epilogue (RL_CUDA_ROPE_FOLD, default 1) */
     int rq2_lut;         /* RQ2 matvec code decoder (RL_CUDA_RQ2_LUT): 0 shifts (default), 1 the
                             256-entry byte -> 4 codes table in shared memory */
+    int mvs;             /* decoding's matvec streams weights through a shared-memory ring
+                            (RL_CUDA_MVS): 0 never (mv_kernel), 1 Q4_0/Q8_0/F16/BF16, 2 Q4_0/Q8_0;
+                            unset: by shape (cuda_backend.cu mvs_for) */
 };
 
 /* Launches one matvec (or one per segment when their types differ, or gate then up when the
  * GLU's two types differ). Returns the number of kernels launched, or -1 on a launch error. */
 int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
+/* The streamed matvec (mvs.cu): launches it when it applies (one token, a plane type, aligned
+ * planes, n a multiple of 64, the knob on): 1, or 0 when it does not apply, -1 on a launch
+ * error. rl_mvs_prepare raises its kernels' shared-memory limit to the device's (at open). */
+int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
+bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
+int rl_mvs_prepare(void);
 /* Dynamic shared memory one matvec block needs for an input of n values (q8: with the 8-bit
  * activation planes). */
 size_t rl_mv_smem(int n, bool q8);

@@ -17,10 +17,11 @@ extern "C" {
  * x' = x, or RMSNorm(x) * norm_w when norm_w != NULL; runs the production upload (repack) and
  * matvec kernel. mode 0: store; 1: y += (y holds the input residual); 2: SwiGLU of W (first
  * rows/2 rows = gate) and its second half (up), y gets rows/2 values. fast: the 8-bit
- * activation path where the type has one (rl_mv_q8), as the backend runs without --exact. */
+ * activation path where the type has one (rl_mv_q8), as the backend runs without --exact.
+ * *streamed (when not NULL): whether the streamed kernel (mvs.cu) ran it. */
 int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,
                         const float *x, const float *norm_w, float eps, int mode, bool fast,
-                        float *y, rl_err *e);
+                        float *y, bool *streamed, rl_err *e);
 /* Whether the type's GPU matvec has the 8-bit-activation path. */
 bool rl_cuda_has_q8(uint32_t type);
 /* Index of the first maximum of v[0..n) computed on the GPU. */

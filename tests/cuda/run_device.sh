@@ -41,11 +41,13 @@ R="$B/rawloop"
 # The fast bound is 5e-2 or 1.5x the CPU fast path's own distance to CPU --exact, whichever is
 # larger: over hundreds of positions of a random-weight model the int8 rounding flips add up
 # (the CPU's fast path drifts by 5e-2 there too). KVF (environment): extra flags for every run
-# on both devices, e.g. "--kv-type q8"; the --exact bound is then 1e-3 or a quarter of the CPU's
-# own distance between that cache and the f16 one, whichever is larger (a cached value one int8
+# on both devices, e.g. "--kv-type q8"; the --exact bound is then 1e-3 or half the CPU's own
+# distance between that cache and the f16 one, whichever is larger (a cached value one int8
 # step apart, after a rounding tie the two devices' last bits put on either side, moves the
 # logits by a fraction of the cache's own quantisation effect, not by 1e-3; measured 0.07-0.18
-# of it; a GPU that ignored the flag and kept f16 would be at 1x and fail). Any run that fails,
+# of it on rawloop-small and TinyLlama, 0.44 on a qwen3-0.6b Q4_K_M (qk-norm) model, whose
+# GPU logits are the same bytes in v2.3 and v2.4; a GPU that ignored the flag and kept f16
+# would be at 1x and fail). Any run that fails,
 # or logits that cannot be read, give a FAIL row (never a missing one): the files are removed
 # first, so a stale file from an earlier model cannot pass.
 cmp_logits() { # name model ids [MODE]
@@ -77,7 +79,7 @@ same = np.array_equal(g.view(np.uint32), g2.view(np.uint32))
 exact = tag.startswith('--exact')
 rcf = rel(cf, c)
 rkv = rel(c, np.fromfile('/tmp/lck.bin', dtype=np.float32).reshape(n, -1))  # 0 without KVF
-bound = max(1e-3, 0.25 * rkv) if exact else max(5e-2, 1.5 * rcf)
+bound = max(1e-3, 0.5 * rkv) if exact else max(5e-2, 1.5 * rcf)
 ok = r <= bound and np.isfinite(g).all() and same
 extra = f' (CPU: this cache vs f16 {rkv:.2e})' if exact and rkv > 0 else ''
 extra += '' if exact else f' (vs CPU fast {rf:.2e}; CPU fast vs CPU --exact {rcf:.2e})'

@@ -1,7 +1,8 @@
 /* GPU kernel tests (need a CUDA device; run by tests/cuda/run_device.sh). Every matvec type
  * and epilogue mode against a float64 reference computed on the CPU from rl_dequant_row (the
  * reference dequantiser), over several shapes; RQ2 under both of its code decoders
- * (RL_CUDA_RQ2_LUT=0 and 1), which must also agree bit for bit; the argmax's first-max tie
+ * (RL_CUDA_RQ2_LUT=0 and 1), and the streamed types (F16, BF16, Q8_0, Q4_0) under both matvec
+ * kernels (RL_CUDA_MVS=1 and 0), which must also agree bit for bit; the argmax's first-max tie
  * rule. Without a device it says so and exits 77 (skipped). */
 #include <math.h>
 #include <stdio.h>
@@ -32,13 +33,13 @@ static double expected(const double *ref, const double *init, size_t rows, int m
  * residual of mode 1), then a second run that must give the same bits. dn names the variant. */
 static void check_gpu(uint32_t type, const uint8_t *w, size_t rows, size_t cols, const float *x,
                       const float *nw, int mode, bool fast, const double *ref, const double *init,
-                      float *y, const char *dn) {
+                      float *y, const char *dn, bool *streamed) {
     size_t out = mode == 2 ? rows / 2 : rows, rb = rl_row_bytes(type, cols);
     for (size_t r = 0; r < out; r++) y[r] = (float)init[r];
     double mx = 0, err = 0;
     for (size_t r = 0; r < out; r++) mx = fmax(mx, fabs(expected(ref, init, rows, mode, r)));
     rl_err e = {{0}};
-    int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, nw, 1e-5f, mode, fast, y, &e);
+    int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, nw, 1e-5f, mode, fast, y, streamed, &e);
     CHECK(rc == 0, "%s: %s", rl_type_name(type), e.msg);
     int bad = 0;
     for (size_t r = 0; r < out; r++) {
@@ -57,7 +58,7 @@ static void check_gpu(uint32_t type, const uint8_t *w, size_t rows, size_t cols,
     for (size_t r = 0; r < out; r++) y2[r] = (float)init[r];
     if (mode != 1)
         for (size_t r = 0; r < out; r++) y2[r] = 12345.0f;
-    rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, nw, 1e-5f, mode, fast, y2, &e);
+    rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, nw, 1e-5f, mode, fast, y2, NULL, &e);
     CHECK(rc == 0 && memcmp(y, y2, out * sizeof(float)) == 0, "%s%s: second run differs", rl_type_name(type), dn);
     free(y2);
 }
@@ -106,21 +107,27 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
         }
     }
     for (size_t r = 0; r < out; r++) init[r] = mode == 1 ? frand() * 10 : 12345.0f;
-    /* RQ2 has two code decoders (the knob is read at every test call): each is checked, and
-     * they must give the same bits (the integer dot, and the fp32 path's order, do not depend
-     * on the decoder) */
-    const char *dec[] = {NULL, NULL};
-    if (type == RL_RQ2) dec[0] = "0", dec[1] = "1";
+    /* Two kernels that must give the same bits (the knob is read at every test call), each
+     * checked against the reference: RQ2's two code decoders (the integer dot, and the fp32
+     * path's order, do not depend on the decoder), and for the plane types the streamed matvec
+     * and the register-loaded one (the same per-lane unit order and dot functions) */
+    const bool streams = type == RL_F16 || type == RL_BF16 || type == RL_Q8_0 || type == RL_Q4_0;
+    const char *knob = type == RL_RQ2 ? "RL_CUDA_RQ2_LUT" : streams ? "RL_CUDA_MVS" : NULL;
+    const char *val[2] = {type == RL_RQ2 ? "0" : "1", type == RL_RQ2 ? "1" : "0"};
+    const char *name[2] = {type == RL_RQ2 ? " shift" : " streamed", type == RL_RQ2 ? " lut" : " registers"};
     float *y0 = malloc(rows * sizeof(float));
-    for (int k = 0; k < (dec[1] ? 2 : 1); k++) {
-        if (dec[k]) setenv("RL_CUDA_RQ2_LUT", dec[k], 1);
-        check_gpu(type, w, rows, cols, x, with_norm ? nw : NULL, mode, fast, ref, init, y,
-                  !dec[k] ? "" : k ? " lut" : " shift");
+    for (int k = 0; k < (knob ? 2 : 1); k++) {
+        if (knob) setenv(knob, val[k], 1);
+        bool streamed = false;
+        check_gpu(type, w, rows, cols, x, with_norm ? nw : NULL, mode, fast, ref, init, y, knob ? name[k] : "", &streamed);
+        const bool want = streams && k == 0 && cols % 64 == 0;
+        CHECK(streamed == want, "%s %zux%zu: the streamed kernel %s", rl_type_name(type), rows, cols,
+              want ? "did not run" : "ran unasked");
         if (k == 0) memcpy(y0, y, out * sizeof(float));
-        else CHECK(memcmp(y0, y, out * sizeof(float)) == 0, "%s %zux%zu mode %d %s: the two decoders differ",
-                   rl_type_name(type), rows, cols, mode, fast ? "q8" : "f32");
+        else CHECK(memcmp(y0, y, out * sizeof(float)) == 0, "%s %zux%zu mode %d %s:%s and%s differ",
+                   rl_type_name(type), rows, cols, mode, fast ? "q8" : "f32", name[0], name[1]);
     }
-    if (dec[0]) unsetenv("RL_CUDA_RQ2_LUT");
+    if (knob) unsetenv(knob);
     free(y0);
     free(w); free(row); free(x); free(nw); free(xn); free(y); free(ref); free(init);
 }
@@ -147,7 +154,8 @@ int main(void) {
         return 77;
     }
     const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
-    const size_t shapes[][2] = {{1, 256}, {77, 512}, {1000, 2048}, {256, 5632}};
+    /* the last: more work items than resident warps, so a streamed warp runs on across items */
+    const size_t shapes[][2] = {{1, 256}, {77, 512}, {1000, 2048}, {256, 5632}, {12288, 1024}};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)
         for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
             for (int fast = 0; fast < 1 + rl_cuda_has_q8(types[t]); fast++) {

@@ -1,0 +1,632 @@
+/* The matvec's device code shared by its two kernels: matvec.cu's mv_kernel (weights loaded
+ * into registers; every type, exact chunks of NS tokens) and mvs.cu's mvs_kernel (weights
+ * streamed through a shared-memory ring; decoding, the plane types). Both take a unit's values
+ * through the same dot functions in the same order, so they give the same bits. Device code
+ * only; included by those two files. */
+#ifndef RL_CUDA_MV_CUH
+#define RL_CUDA_MV_CUH
+
+#include <cuda_fp16.h>
+
+#include "dequant.cuh"
+#include "kernels.h"
+#include "types.h"
+
+#define XPAD(i) ((i) + ((i) >> 5) * 4) /* padded shared-memory index of input element i */
+
+/* Shared memory of one block for an input of n values: the staged fp32 input (padded), then,
+ * with 8-bit activations, its rl_q8a form in three planes: int8 values [n] (16-byte aligned),
+ * scales d [n/32] and integer sums [n/32]. */
+__host__ __device__ inline size_t xs_f32_bytes(int n) { return ((size_t)XPAD(n) * 4 + 15) & ~(size_t)15; }
+/* The whole staged input: fp32, then with 8-bit activations int8 [n], d [n/32], sums [n/32]. */
+__host__ __device__ inline size_t stage_bytes(int n, bool q8) {
+    return xs_f32_bytes(n) + (q8 ? (size_t)n + (size_t)(n / 32) * 8 : 0) + 16;
+}
+
+/* ---- matvec ------------------------------------------------------------------------------ */
+
+/* Q4_0 / Q8_0 chunk · x with the scale factored out: d * sum((q - z) * x). Integer to float
+ * without the quarter-rate I2F: a byte permute builds the float 2^23 + q (exactly), one FADD
+ * removes 2^23 + z: full-rate ops instead of a quarter-rate I2F per weight (lesson 4; with
+ * the attention rework it took 1.1B Q4_0 from 724 to 944 tok/s). Not the CPU's op order,
+ * which the 1e-3 gate does not need; deq_q4_0 / deq_q8_0 (embedding) keep the reference order. */
+#define MAGIC 0x4B000000u /* bits of 2^23 */
+__device__ __forceinline__ float mag(uint32_t u, int b) {
+    return __uint_as_float(__byte_perm(u, MAGIC, 0x7650 + b));
+}
+
+template <int T>
+__device__ __forceinline__ float chunk_dot(const uint8_t *w, const uint8_t *s, int c, const float *xc) {
+    if (T == RL_Q4_0) {
+        uint4 t = __ldg((const uint4 *)(w + (size_t)c * 16));
+        float d = h2f(__ldg((const unsigned short *)s + c));
+        uint32_t u[4] = {t.x, t.y, t.z, t.w};
+        float a0 = 0.0f, a1 = 0.0f;
+        const float z = 8388616.0f; /* 2^23 + 8 */
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t lo = u[k] & 0x0F0F0F0Fu, hi = (u[k] >> 4) & 0x0F0F0F0Fu;
+            float4 xl = *(const float4 *)(xc + 4 * k), xh = *(const float4 *)(xc + 16 + 4 * k);
+            a0 = fmaf(mag(lo, 0) - z, xl.x, a0);
+            a1 = fmaf(mag(hi, 0) - z, xh.x, a1);
+            a0 = fmaf(mag(lo, 1) - z, xl.y, a0);
+            a1 = fmaf(mag(hi, 1) - z, xh.y, a1);
+            a0 = fmaf(mag(lo, 2) - z, xl.z, a0);
+            a1 = fmaf(mag(hi, 2) - z, xh.z, a1);
+            a0 = fmaf(mag(lo, 3) - z, xl.w, a0);
+            a1 = fmaf(mag(hi, 3) - z, xh.w, a1);
+        }
+        return d * (a0 + a1);
+    } else if (T == RL_Q8_0) {
+        const uint4 *p = (const uint4 *)(w + (size_t)c * 32);
+        uint4 t0 = __ldg(p), t1 = __ldg(p + 1);
+        float d = h2f(__ldg((const unsigned short *)s + c));
+        uint32_t u[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
+        float a0 = 0.0f, a1 = 0.0f;
+        const float z = 8388736.0f; /* 2^23 + 128 */
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t v = u[k] ^ 0x80808080u; /* int8 q -> q + 128 */
+            float4 xx = *(const float4 *)(xc + 4 * k);
+            a0 = fmaf(mag(v, 0) - z, xx.x, a0);
+            a1 = fmaf(mag(v, 1) - z, xx.y, a1);
+            a0 = fmaf(mag(v, 2) - z, xx.z, a0);
+            a1 = fmaf(mag(v, 3) - z, xx.w, a1);
+        }
+        return d * (a0 + a1);
+    } else {
+        float v[32];
+        deq32<T>(w, s, c, v);
+        float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 32; j += 4) {
+            float4 xx = *(const float4 *)(xc + j);
+            a0 = fmaf(v[j], xx.x, a0);
+            a1 = fmaf(v[j + 1], xx.y, a1);
+            a0 = fmaf(v[j + 2], xx.z, a0);
+            a1 = fmaf(v[j + 3], xx.w, a1);
+        }
+        return a0 + a1;
+    }
+}
+
+/* ---- the matvec kernel (one instantiation per weight type) ------------------------------ */
+
+/* Per type: CW values per lane unit (a "chunk" of the loops below: 32, except RQ2's whole
+ * 64-value block), NV 16-byte loads per unit (0: the K-quants, which load inside chunk_dot),
+ * and U units per lane loaded before any is used. A warp works on two rows at once, so a lane
+ * has 2 * U * NV loads in flight (Q4_0 4 + 4 scale loads, Q8_0 8, F16/BF16 8, F32 16, RQ2
+ * 4 + 4 (d, m) loads). */
+template <int T> struct mv_tr {
+    static constexpr int CW = T == RL_RQ2 ? 64 : 32;
+    static constexpr int NV = (T == RL_Q4_0 || T == RL_RQ2) ? 1 : T == RL_Q8_0 ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
+    static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_RQ2) ? 2 : 1;
+    static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : (T == RL_Q8_0 || T == RL_RQ2) ? 3 : 2;
+    /* registers per thread: MINB blocks of 256 threads resident per SM, whatever the block size
+     * (the decode kernel takes blocks of up to 512 threads: __maxnreg__, not launch bounds) */
+    static constexpr int REGS = (65536 / (256 * MINB)) & ~7;
+};
+
+/* Types whose matvec has the 8-bit-activation path (the CPU's fast path, src/quant.h): the
+ * input is rounded once per block to rl_q8a (d = amax/127, q = rint(x * 127/amax), exactly as
+ * rl_q8a_quant_row_ref), and each 32-value chunk is an exact integer dot (dp4a) times the
+ * scales, so a chunk's term is the CPU's bit for bit; only the order the terms are summed
+ * differs. */
+__host__ __device__ constexpr bool q8_ok(int T) {
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_Q5_0 || T == RL_Q5_1 || T == RL_Q4_K || T == RL_Q5_K ||
+           T == RL_Q6_K || T == RL_RQ2;
+}
+
+template <int T> struct raw_chunk {
+    uint4 v[mv_tr<T>::NV > 0 ? mv_tr<T>::NV : 1];
+    uint32_t d; /* fp16 scale bits (Q4_0, Q8_0); RQ2: the (d, m) fp16 pair, d in the low half */
+};
+
+template <int T>
+__device__ __forceinline__ void ld_chunk(raw_chunk<T> &r, const uint8_t *w, const uint8_t *s, int c) {
+    constexpr int NV = mv_tr<T>::NV;
+    if constexpr (NV > 0) {
+        const uint4 *p = (const uint4 *)(w + (size_t)c * (16 * NV));
+#pragma unroll
+        for (int k = 0; k < NV; k++) r.v[k] = __ldg(p + k);
+        if constexpr (T == RL_Q4_0 || T == RL_Q8_0) r.d = __ldg((const unsigned short *)s + c);
+        if constexpr (T == RL_RQ2) r.d = __ldg((const unsigned int *)s + c);
+    }
+}
+
+/* acc[i] += chunk c of row i · xc for both rows, in chunk_dot's op order (so the sums are those
+ * of v1); x is read from shared memory once for the two rows. */
+template <int T>
+__device__ __forceinline__ void dot2(const raw_chunk<T> *r, const float *xc, float *acc,
+                                     const uint8_t *const *w, const uint8_t *const *s, int c) {
+    if constexpr (T == RL_Q4_0) {
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+        const float z = 8388616.0f; /* 2^23 + 8 */
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float4 xl = *(const float4 *)(xc + 4 * k), xh = *(const float4 *)(xc + 16 + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t u = word(r[i].v[0], k), lo = u & 0x0F0F0F0Fu, hi = (u >> 4) & 0x0F0F0F0Fu;
+                a0[i] = fmaf(mag(lo, 0) - z, xl.x, a0[i]);
+                a1[i] = fmaf(mag(hi, 0) - z, xh.x, a1[i]);
+                a0[i] = fmaf(mag(lo, 1) - z, xl.y, a0[i]);
+                a1[i] = fmaf(mag(hi, 1) - z, xh.y, a1[i]);
+                a0[i] = fmaf(mag(lo, 2) - z, xl.z, a0[i]);
+                a1[i] = fmaf(mag(hi, 2) - z, xh.z, a1[i]);
+                a0[i] = fmaf(mag(lo, 3) - z, xl.w, a0[i]);
+                a1[i] = fmaf(mag(hi, 3) - z, xh.w, a1[i]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += h2f((uint16_t)r[i].d) * (a0[i] + a1[i]);
+    } else if constexpr (T == RL_Q8_0) {
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+        const float z = 8388736.0f; /* 2^23 + 128 */
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float4 xx = *(const float4 *)(xc + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t v = word(r[i].v[k / 4], k % 4) ^ 0x80808080u; /* int8 q -> q + 128 */
+                a0[i] = fmaf(mag(v, 0) - z, xx.x, a0[i]);
+                a1[i] = fmaf(mag(v, 1) - z, xx.y, a1[i]);
+                a0[i] = fmaf(mag(v, 2) - z, xx.z, a0[i]);
+                a1[i] = fmaf(mag(v, 3) - z, xx.w, a1[i]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += h2f((uint16_t)r[i].d) * (a0[i] + a1[i]);
+    } else if constexpr (mv_tr<T>::NV > 0) { /* F32, F16, BF16: value j of the chunk is v(j) */
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int j = 0; j < 8; j++) { /* values 4j .. 4j+3 */
+            float4 xx = *(const float4 *)(xc + 4 * j);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float v0, v1, v2, v3;
+                if constexpr (T == RL_F32) {
+                    v0 = __uint_as_float(r[i].v[j].x); v1 = __uint_as_float(r[i].v[j].y);
+                    v2 = __uint_as_float(r[i].v[j].z); v3 = __uint_as_float(r[i].v[j].w);
+                } else {
+                    uint32_t p = word(r[i].v[j / 2], 2 * (j % 2)), q = word(r[i].v[j / 2], 2 * (j % 2) + 1);
+                    if constexpr (T == RL_BF16) {
+                        v0 = __uint_as_float(p << 16); v1 = __uint_as_float(p & 0xffff0000u);
+                        v2 = __uint_as_float(q << 16); v3 = __uint_as_float(q & 0xffff0000u);
+                    } else {
+                        v0 = h2f((uint16_t)(p & 0xffff)); v1 = h2f((uint16_t)(p >> 16));
+                        v2 = h2f((uint16_t)(q & 0xffff)); v3 = h2f((uint16_t)(q >> 16));
+                    }
+                }
+                a0[i] = fmaf(v0, xx.x, a0[i]);
+                a1[i] = fmaf(v1, xx.y, a1[i]);
+                a0[i] = fmaf(v2, xx.z, a0[i]);
+                a1[i] = fmaf(v3, xx.w, a1[i]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += a0[i] + a1[i];
+    } else { /* K-quants: load and dequantise inside chunk_dot */
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += chunk_dot<T>(w[i], s[i], c, xc);
+    }
+}
+
+/* The 8-bit-activation chunk dot of one row: xw = the chunk's 32 int8 inputs as 8 words, xd
+ * their scale, xsum their integer sum. Q4_0: sum((q - 8) * x) = dp4a(q, x) - 8 * sum(x).
+ * The term is (d_w * d_x) * (float)dot, the CPU reference's expression, bit for bit. */
+template <int T>
+__device__ __forceinline__ float dot_q8(const raw_chunk<T> &r, const int *xw, float xd, int xsum) {
+    int dot = 0;
+    if constexpr (T == RL_Q4_0) {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            uint32_t u = word(r.v[0], k);
+            dot = __dp4a((int)(u & 0x0F0F0F0Fu), xw[k], dot);
+            dot = __dp4a((int)((u >> 4) & 0x0F0F0F0Fu), xw[4 + k], dot);
+        }
+        dot -= 8 * xsum;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 8; k++) dot = __dp4a((int)word(r.v[k / 4], k % 4), xw[k], dot);
+    }
+    /* both products rounded: a plain '*' here is fused into the caller's accumulate (FFMA),
+     * and the CPU reference (built without contraction) rounds the term first */
+    return __fmul_rn(__fmul_rn(h2f((uint16_t)r.d), xd), (float)dot);
+}
+
+/* K-quant sub-block c (32 values of super-block c / 8) against the chunk's int8 inputs, with the
+ * CPU reference's integer sums and float expressions (src/quant.c ref_fast_dot):
+ *   Q4_K/Q5_K: (d * d_x) * (float)(sc * dot) - (dmin * m) * s_x,  s_x = d_x * (float)sum(x)
+ *   Q6_K:      (d * d_x) * (float)(sc_lo * dot_lo + sc_hi * dot_hi), dot over (q - 32) * x
+ * Q4_K/Q5_K blocks are 16-byte aligned (144 / 176 bytes); Q6_K is repacked at upload into an
+ * aligned 208-byte plane with d apart (s), so every quant load is 16 bytes. */
+template <int T>
+__device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, int c, const int *xw,
+                                           float xd, int xsum) {
+    const int sb = c % 8;
+    if constexpr (T == RL_Q5_0 || T == RL_Q5_1) {
+        /* the CPU reference's terms (src/quant.c ref_fast_dot): (d·dx)·dot with Q5_0's -16 inside
+         * the integer dot, and for Q5_1 m·s, s = dx·(float)Σx */
+        constexpr bool ONE = T == RL_Q5_1;
+        const uint8_t *b = w + (size_t)c * (ONE ? 24 : 22);
+        uint32_t q[8];
+        q5_words<ONE>(b, q);
+        int dot = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) dot = __dp4a((int)q[k], xw[k], dot);
+        if (!ONE) dot -= 16 * xsum;
+        float t = __fmul_rn(__fmul_rn(ldh(b), xd), (float)dot);
+        if (ONE) t = __fadd_rn(t, __fmul_rn(ldh(b + 2), __fmul_rn(xd, (float)xsum)));
+        return t;
+    } else if constexpr (T == RL_Q4_K || T == RL_Q5_K) {
+        constexpr bool FIVE = T == RL_Q5_K;
+        const uint8_t *b = w + (size_t)(c / 8) * (FIVE ? 176 : 144);
+        const uint4 *qp = (const uint4 *)(b + (FIVE ? 48 : 16) + 32 * (sb / 2));
+        uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1);
+        uint32_t u[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w}, h[8];
+        if constexpr (FIVE) {
+            const uint4 *hp = (const uint4 *)(b + 16);
+            uint4 h0 = __ldg(hp), h1 = __ldg(hp + 1);
+            h[0] = h0.x; h[1] = h0.y; h[2] = h0.z; h[3] = h0.w;
+            h[4] = h1.x; h[5] = h1.y; h[6] = h1.z; h[7] = h1.w;
+        }
+        int sc, mn;
+        scale_min_k4(sb, b + 4, &sc, &mn);
+        const int shift = (sb & 1) * 4;
+        int dot = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t q = (u[k] >> shift) & 0x0F0F0F0Fu;
+            if constexpr (FIVE) q |= ((h[k] >> sb) & 0x01010101u) << 4;
+            dot = __dp4a((int)q, xw[k], dot);
+        }
+        float dx = __fmul_rn(ldh(b), xd), sx = __fmul_rn(xd, (float)xsum);
+        return __fsub_rn(__fmul_rn(dx, (float)(sc * dot)), __fmul_rn(__fmul_rn(ldh(b + 2), (float)mn), sx));
+    } else {
+        const uint8_t *b = w + (size_t)(c / 8) * 208;
+        const int hh = sb / 4, g = sb % 4;
+        const uint4 *ql = (const uint4 *)(b + 64 * hh + 32 * (g & 1)), *qh = (const uint4 *)(b + 128 + 32 * hh);
+        const uint4 l0 = __ldg(ql), l1 = __ldg(ql + 1), h0 = __ldg(qh), h1 = __ldg(qh + 1);
+        const uint32_t lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+        const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+        int dl = 0, dh = 0, xl = 0, xh = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t lo = lw[k], hi = hw[k];
+            uint32_t q = ((lo >> (4 * (g / 2))) & 0x0F0F0F0Fu) | (((hi >> (2 * g)) & 0x03030303u) << 4);
+            if (k < 4) {
+                dl = __dp4a((int)q, xw[k], dl);
+                xl = __dp4a(0x01010101, xw[k], xl);
+            } else {
+                dh = __dp4a((int)q, xw[k], dh);
+                xh = __dp4a(0x01010101, xw[k], xh);
+            }
+        }
+        const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + 2 * g);
+        int dot = sc[0] * (dl - 32 * xl) + sc[1] * (dh - 32 * xh);
+        return __fmul_rn(__fmul_rn(ldh(s + (size_t)(c / 8) * 2), xd), (float)dot);
+    }
+}
+
+/* ---- RQ2 -----------------------------------------------------------------------------------
+ * A lane owns whole 64-value blocks (mv_tr CW = 64), both 32-value halves: per block and row one
+ * 16-byte load of codes and one 4-byte load of (d, m), and a warp's loads of 32 consecutive
+ * blocks are 512 and 128 contiguous bytes. With 32-value units a lane would load 8 bytes of
+ * codes and two lanes the same (d, m) pair: half-width loads, twice the load instructions per
+ * byte. U = 2 blocks per lane and row in flight: a 4096-wide row (64 blocks) is then loaded in
+ * one go, before the prologue.
+ *
+ * Two code decoders, picked by the LUT template argument (knob RL_CUDA_RQ2_LUT) so that they
+ * can be measured against each other. Both turn a code word u (4 code bytes: weights 4i + k at
+ * byte i, bits 2k) into 4 words of 4 byte-sized codes, a dp4a operand each:
+ *  - shifts (LUT false): cw[k] = (u >> 2k) & 0x03030303, codes k of the 4 bytes, i.e. weights
+ *    k, 4 + k, 8 + k, 12 + k: a transposed order, which the activations get too (quant_x8 XL 2;
+ *    src/mm.c's rq2_act does the same on the CPU). Two integer ops per 4 codes (one for k = 0).
+ *  - table (LUT true): cw[i] = lut[byte i of u], the 4 codes of byte i in weight order
+ *    (rl_rq2_lut's contents). A byte extract, an address and a shared-memory load per 4 codes.
+ * The table is in shared memory, not __constant__: the lanes of a warp look up their own code
+ * bytes, up to 32 different entries per load; the constant cache serves one address at a time
+ * (up to 32-way serialised), shared memory serves them at once up to bank conflicts (entry b
+ * is in bank b % 32). 1 KB per block, filled in the prologue (rq2_lut_entry).
+ * The fast path's integer dot does not depend on the order of its terms, and the fp32 path takes
+ * the weights in the same order with either decoder, so the two decoders give the same bits. */
+__device__ __forceinline__ uint32_t rq2_lut_entry(uint32_t b) { /* rl_rq2_lut[b], src/quant.c */
+    return (b & 3) | ((b >> 2) & 3) << 8 | ((b >> 4) & 3) << 16 | ((b >> 6) & 3) << 24;
+}
+
+template <bool LUT>
+__device__ __forceinline__ void rq2_decode(uint32_t u, const uint32_t *lut, uint32_t *cw) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if constexpr (LUT) cw[k] = lut[(u >> (8 * k)) & 0xff];
+        else cw[k] = (u >> (2 * k)) & 0x03030303u;
+    }
+}
+
+/* Byte offset of piece p (values 16p .. 16p + 15) of block b in the RQ2 activation plane:
+ * rotated by b / 2 so that the 16-byte loads of a quarter-warp (8 consecutive blocks, 64 bytes
+ * apart) hit 8 distinct bank groups; unrotated they would conflict 4-way. */
+__device__ __forceinline__ int rq2_slot(int b, int p) { return 64 * b + 16 * ((p + (b >> 1)) & 3); }
+
+/* Fast path, block b of both rows: per half h, dot = the codes . int8 inputs (dp4a), then the
+ * CPU reference's term (src/quant.c ref_fast_dot), every operation rounded as there:
+ *   (d * d_x) * (float)dot + m * s_x,   s_x = d_x * (float)sum(x)  (rl_q8a.s) */
+template <bool LUT>
+__device__ __forceinline__ void rq2_q8(const raw_chunk<RL_RQ2> *r, const int8_t *xq, const float *xd,
+                                       const int *xsum, int b, const uint32_t *lut, float *acc) {
+    const float2 dx = *(const float2 *)(xd + 2 * b);
+    const int2 sm = *(const int2 *)(xsum + 2 * b);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        int dot[2] = {0, 0};
+#pragma unroll
+        for (int p = 2 * h; p < 2 * h + 2; p++) {
+            const int4 xv = *(const int4 *)(xq + rq2_slot(b, p));
+            const int xw[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t cw[4];
+                rq2_decode<LUT>(word(r[i].v[0], p), lut, cw);
+#pragma unroll
+                for (int k = 0; k < 4; k++) dot[i] = __dp4a((int)cw[k], xw[k], dot[i]);
+            }
+        }
+        const float xdh = h ? dx.y : dx.x, sx = __fmul_rn(xdh, (float)(h ? sm.y : sm.x));
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const float d = h2f((uint16_t)(r[i].d & 0xffff)), m = h2f((uint16_t)(r[i].d >> 16));
+            acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(d, xdh), (float)dot[i]), __fmul_rn(m, sx));
+        }
+    }
+}
+
+/* fp32 path, block b of both rows. Value = d * code + m as deq_rq2 (dequant.cuh): the product
+ * of an fp16 d and a code 0..3 has at most 13 significant bits, so it is exact in fp32 and
+ * fmaf(d, code, m) rounds once, like the reference's rounded add: the same bits in one FFMA.
+ * The code becomes a float without I2F: the float 2^23 + code (one byte permute), minus 2^23. */
+template <bool LUT>
+__device__ __forceinline__ void rq2_f32(const raw_chunk<RL_RQ2> *r, const float *xs, int b,
+                                        const uint32_t *lut, float *acc) {
+    float d[2], m[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) d[i] = h2f((uint16_t)(r[i].d & 0xffff)), m[i] = h2f((uint16_t)(r[i].d >> 16));
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float *xc = xs + (2 * b + h) * 36;
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int pp = 0; pp < 2; pp++) {
+            float4 x4[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) x4[j] = *(const float4 *)(xc + 16 * pp + 4 * j);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint32_t cw[4];
+                rq2_decode<LUT>(word(r[i].v[0], 2 * h + pp), lut, cw);
+#pragma unroll
+                for (int j = 0; j < 4; j++) { /* weights 4j .. 4j + 3 of the piece */
+                    float c[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) c[k] = (LUT ? mag(cw[j], k) : mag(cw[k], j)) - 8388608.0f;
+                    a0[i] = fmaf(fmaf(d[i], c[0], m[i]), x4[j].x, a0[i]);
+                    a1[i] = fmaf(fmaf(d[i], c[1], m[i]), x4[j].y, a1[i]);
+                    a0[i] = fmaf(fmaf(d[i], c[2], m[i]), x4[j].z, a0[i]);
+                    a1[i] = fmaf(fmaf(d[i], c[3], m[i]), x4[j].w, a1[i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += a0[i] + a1[i];
+    }
+}
+
+/* Rounds the staged input (xs, padded fp32) to rl_q8a planes with rl_q8a_quant_row_ref's
+ * operations (IEEE division, round-half-even). Four adjacent lanes per 32-value chunk, two of
+ * its eight int8 words each: the chunk's amax and integer sum meet in two shuffles (max and
+ * integer adds are exact in any order, so the planes are those of one thread per chunk, which
+ * left three quarters of the block idle while every other warp waited at the barrier). XL: the
+ * int8 plane's layout: 0 plain; RQ2's: 1 pieces rotated (rq2_slot), 2 rotated and, within each
+ * 16-value piece, transposed for the shift decoder (word k byte i = value 4i + k). */
+template <int XL>
+__device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsum) {
+    const int nq = n / 8, lane = threadIdx.x & 31; /* 4 quarter-chunks per chunk */
+    for (int base = threadIdx.x & ~31; base < nq; base += blockDim.x) {
+        const int i = base + lane, c = i / 4, k0 = 2 * (i % 4);
+        const bool on = i < nq; /* every lane of the warp shuffles */
+        const float *v = xs + (on ? c : 0) * 36;
+        float e[8];
+#pragma unroll
+        for (int w = 0; w < 2; w++)
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const int k = k0 + w;
+                e[4 * w + b] = v[XL == 2 ? 16 * (k / 4) + 4 * b + k % 4 : 4 * k + b];
+            }
+        float amax = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(e[j]));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+        float id;
+        const float d = i8_scale(amax, &id);
+        int sum = 0;
+        uint32_t w2[2];
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            uint32_t u = 0;
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                int q = i8_round(e[4 * w + b], id);
+                sum += q;
+                u |= (uint32_t)(q & 0xff) << (8 * b);
+            }
+            w2[w] = u;
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if (!on) continue;
+        /* words k0, k0 + 1 lie in the same 16-value half: one 8-byte store */
+        const int half = k0 / 4, o = XL ? rq2_slot(c / 2, 2 * (c % 2) + half) : c * 32 + 16 * half;
+        *(uint2 *)(xq + o + 4 * (k0 % 4)) = make_uint2(w2[0], w2[1]);
+        if (k0 == 0) {
+            xd[c] = d;
+            xsum[c] = sum;
+        }
+    }
+}
+
+__device__ __forceinline__ const uint8_t *qrow(const rl_dmat &m, int r) { return m.q + (size_t)r * m.q_row; }
+__device__ __forceinline__ const uint8_t *srow(const rl_dmat &m, int r) {
+    return m.s ? m.s + (size_t)r * m.s_row : nullptr;
+}
+
+/* Work item p of a launch: two rows. GLU: gate row p and up row p. Otherwise rows 2i and 2i+1 of
+ * the segment that item p falls in (the second one absent past an odd row count; it then
+ * re-reads the first row and its result is dropped). */
+struct mv_task {
+    const uint8_t *w[2], *s[2];
+    int seg, ra, rb; /* rb == -1: absent */
+};
+
+__device__ __forceinline__ mv_task mv_resolve(const rl_mv_args &a, int p, bool glu) {
+    mv_task t;
+    if (glu) {
+        t.seg = 0;
+        t.ra = t.rb = p;
+        t.w[0] = qrow(a.seg[0].w, p); t.s[0] = srow(a.seg[0].w, p);
+        t.w[1] = qrow(a.seg[1].w, p); t.s[1] = srow(a.seg[1].w, p);
+        return t;
+    }
+    int si = 0;
+    while (si < a.nseg - 1 && p >= (a.seg[si].w.rows + 1) / 2) p -= (a.seg[si++].w.rows + 1) / 2;
+    const rl_dmat &m = a.seg[si].w;
+    t.seg = si;
+    t.ra = 2 * p;
+    t.rb = 2 * p + 1 < m.rows ? 2 * p + 1 : -1;
+    t.w[0] = qrow(m, t.ra); t.s[0] = srow(m, t.ra);
+    t.w[1] = t.rb >= 0 ? qrow(m, t.rb) : t.w[0];
+    t.s[1] = t.rb >= 0 ? srow(m, t.rb) : t.s[0];
+    return t;
+}
+
+/* Column col of an output: the cache row pos, or y + col * ys. */
+__device__ __forceinline__ void mv_store(const rl_mv_args &a, const rl_mv_seg &sg, int r, float v, int pos, int col) {
+    float *y = sg.y + (size_t)col * a.ys;
+    if (sg.y16) sg.y16[(size_t)pos * sg.w.rows + r] = __half_as_ushort(__float2half_rn(v));
+    else if (a.mode == RL_MV_ADD) y[r] = y[r] + v;
+    else if (a.mode == RL_MV_GLU_MUL) y[r] = y[r] / (1.0f + expf(-y[r])) * v;
+    else y[r] = v;
+}
+
+/* The staged input of one column, in the byte layout the one-column kernel builds in shared
+ * memory (rl_mv_smem): padded fp32, then the int8 plane, scales and sums. A chunk launch has
+ * them in global memory, column s at scratch + s * col_bytes(n), written by mv_prep_kernel. */
+__host__ __device__ inline size_t col_bytes(int n) { return (stage_bytes(n, true) + 255) & ~(size_t)255; }
+
+/* The prologue's loops over the input load B values per thread before using any: a plain
+ * strided loop waits out one load's latency per iteration (at n = 11008 and 512 threads that
+ * was 22 round trips to L2 in a row, most of a 7B down projection's 22 us under ncu). Each
+ * thread still takes elements tid, tid + nt, ... in that order, so sums and values are those
+ * of the plain loop, bit for bit. */
+#define MV_B 8
+
+/* The RMS scale 1 / sqrt(mean(x^2) + eps): the sum of squares in double, as on the CPU. */
+__device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float *x, double *red) {
+    const int n = a.n, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    double ss = 0;
+    for (int i0 = tid; i0 < n; i0 += MV_B * nt) {
+        float v[MV_B];
+#pragma unroll
+        for (int u = 0; u < MV_B; u++) v[u] = i0 + u * nt < n ? x[i0 + u * nt] : 0.0f;
+#pragma unroll
+        for (int u = 0; u < MV_B; u++)
+            if (i0 + u * nt < n) ss += (double)v[u] * (double)v[u];
+    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    if (tid == 0) {
+        double t = 0;
+        for (int i = 0; i < nw; i++) t += red[i];
+        red[0] = t;
+    }
+    __syncthreads();
+    return 1.0f / sqrtf((float)(red[0] / (double)n) + a.eps);
+}
+
+/* Stages column x of the input at xs (padded fp32, then with Q8 the rl_q8a planes after it):
+ * RMS-normalised as the CPU does (sum of squares in double, then w * (x * r)) or copied. xs is
+ * shared memory in the decode kernels and global scratch in a chunk's staging kernel (one
+ * block per column, the decode block size): the same operations give the same bytes. Ends
+ * with a barrier, after which the whole block may read the staged input. */
+template <int XL, bool Q8>
+__device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, float *xs, double *red) {
+    const int n = a.n, tid = threadIdx.x, nt = blockDim.x;
+    const float *w = a.norm_w;
+    const float r = w ? mv_norm_scale(a, x, red) : 1.0f;
+    for (int i0 = tid; i0 < n; i0 += MV_B * nt) {
+        float v[MV_B], g[MV_B];
+#pragma unroll
+        for (int u = 0; u < MV_B; u++) {
+            const int i = i0 + u * nt;
+            v[u] = i < n ? x[i] : 0.0f;
+            g[u] = w && i < n ? w[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < MV_B; u++) {
+            const int i = i0 + u * nt;
+            if (i < n) xs[XPAD(i)] = w ? __fmul_rn(g[u], __fmul_rn(v[u], r)) : v[u];
+        }
+    }
+    __syncthreads(); /* also makes a block's global writes visible to the block */
+    if (Q8) {
+        int8_t *xq = (int8_t *)((char *)xs + xs_f32_bytes(n));
+        float *xd = (float *)(xq + n);
+        quant_x8<XL>(xs, n, xq, xd, (int *)(xd + n / 32));
+        __syncthreads();
+    }
+}
+
+/* The end of work item p for column s: the lanes' two sums meet in a fixed butterfly, then
+ * lane 0 applies the epilogue (SwiGLU; bias, llama RoPE in the rope_kv kernel's op order
+ * (lesson 6), and the store: residual add, f16 cache row, or plain) at position pos + s. */
+template <bool GLU>
+__device__ __forceinline__ void mv_finish(const rl_mv_args &a, const mv_task &t, int p, float *acc, int pos, int s) {
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    if ((threadIdx.x & 31) != 0) return;
+    if (GLU) {
+        a.seg[0].y[(size_t)s * a.ys + p] = acc[0] / (1.0f + expf(-acc[0])) * acc[1];
+        return;
+    }
+    const rl_mv_seg &sg = a.seg[t.seg];
+    float va = acc[0], vb = acc[1];
+    if (sg.bias) {
+        va = va + sg.bias[t.ra];
+        if (t.rb >= 0) vb = vb + sg.bias[t.rb];
+    }
+    if (sg.rope && t.ra % a.hd < a.rope_dim) {
+        int d = t.ra % a.hd;
+        float th = __fmul_rn((float)(pos + s), a.inv_freq[d / 2]);
+        float cs = cosf(th), sn = sinf(th);
+        float m0 = __fmul_rn(va, cs), m1 = __fmul_rn(vb, sn), m2 = __fmul_rn(va, sn), m3 = __fmul_rn(vb, cs);
+        va = __fsub_rn(m0, m1);
+        vb = __fadd_rn(m2, m3);
+    }
+    mv_store(a, sg, t.ra, va, pos + s, s);
+    if (t.rb >= 0) mv_store(a, sg, t.rb, vb, pos + s, s);
+}
+
+/* Work items of a launch: GLU one per row pair (gate r, up r), else one per 2 rows of each
+ * segment. */
+__host__ __device__ inline int mv_items(const rl_mv_args &a, bool glu) {
+    if (glu) return a.seg[0].w.rows;
+    int items = 0;
+    for (int i = 0; i < a.nseg; i++) items += (a.seg[i].w.rows + 1) / 2;
+    return items;
+}
+
+#endif
