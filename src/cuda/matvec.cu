@@ -133,7 +133,7 @@ mv_kernel(const rl_mv_args a) {
     const size_t cb = NS == 1 ? 0 : col_bytes(n);
     if constexpr (LUT)
         for (int i = tid; i < 256; i += nt) lut[i] = rq2_lut_entry((uint32_t)i);
-    if constexpr (NS == 1) mv_stage<T == RL_RQ2 ? (LUT ? 1 : 2) : 0, Q8>(a, a.x, xs, red);
+    if constexpr (NS == 1) mv_stage<T == RL_RQ2 ? (LUT ? 1 : 2) : 0, Q8, (mv_tr<T>::NV >= 4 ? 4 : 8)>(a, a.x, xs, red);
     else {
         xb = (const char *)a.scratch;
         __syncthreads(); /* the table */

@@ -528,19 +528,21 @@ __host__ __device__ inline size_t col_bytes(int n) { return (stage_bytes(n, true
  * strided loop waits out one load's latency per iteration (at n = 11008 and 512 threads that
  * was 22 round trips to L2 in a row, most of a 7B down projection's 22 us under ncu). Each
  * thread still takes elements tid, tid + nt, ... in that order, so sums and values are those
- * of the plain loop, bit for bit. */
-#define MV_B 8
+ * of the plain loop, bit for bit, whatever B is. B = 8; 4 where the kernel holds big prefetched
+ * weight loads across the prologue (the register kernel's 16/32-bit types: at 8 its F16 kernel
+ * spilled). */
 
 /* The RMS scale 1 / sqrt(mean(x^2) + eps): the sum of squares in double, as on the CPU. */
+template <int B>
 __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float *x, double *red) {
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     double ss = 0;
-    for (int i0 = tid; i0 < n; i0 += MV_B * nt) {
-        float v[MV_B];
+    for (int i0 = tid; i0 < n; i0 += B * nt) {
+        float v[B];
 #pragma unroll
-        for (int u = 0; u < MV_B; u++) v[u] = i0 + u * nt < n ? x[i0 + u * nt] : 0.0f;
+        for (int u = 0; u < B; u++) v[u] = i0 + u * nt < n ? x[i0 + u * nt] : 0.0f;
 #pragma unroll
-        for (int u = 0; u < MV_B; u++)
+        for (int u = 0; u < B; u++)
             if (i0 + u * nt < n) ss += (double)v[u] * (double)v[u];
     }
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
@@ -560,21 +562,21 @@ __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float 
  * shared memory in the decode kernels and global scratch in a chunk's staging kernel (one
  * block per column, the decode block size): the same operations give the same bytes. Ends
  * with a barrier, after which the whole block may read the staged input. */
-template <int XL, bool Q8>
+template <int XL, bool Q8, int B = 8>
 __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, float *xs, double *red) {
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x;
     const float *w = a.norm_w;
-    const float r = w ? mv_norm_scale(a, x, red) : 1.0f;
-    for (int i0 = tid; i0 < n; i0 += MV_B * nt) {
-        float v[MV_B], g[MV_B];
+    const float r = w ? mv_norm_scale<B>(a, x, red) : 1.0f;
+    for (int i0 = tid; i0 < n; i0 += B * nt) {
+        float v[B], g[B];
 #pragma unroll
-        for (int u = 0; u < MV_B; u++) {
+        for (int u = 0; u < B; u++) {
             const int i = i0 + u * nt;
             v[u] = i < n ? x[i] : 0.0f;
             g[u] = w && i < n ? w[i] : 0.0f;
         }
 #pragma unroll
-        for (int u = 0; u < MV_B; u++) {
+        for (int u = 0; u < B; u++) {
             const int i = i0 + u * nt;
             if (i < n) xs[XPAD(i)] = w ? __fmul_rn(g[u], __fmul_rn(v[u], r)) : v[u];
         }
