@@ -253,7 +253,7 @@ static void mv_go(rl_cuda *c, const rl_mv_args *a, int *rc) {
     int k = rl_mv_launch(a, &c->knobs, c->n_sm, c->st);
     if (k < 0) *rc = -1;
     else c->launches += (size_t)k;
-    c->streamed += rl_mvs_applies(a, &c->knobs);
+    c->streamed += rl_mvs_warps(a, &c->knobs) > 0;
 }
 
 static void mv1(rl_cuda *c, const rl_dmat *w, const float *bias, float *y, int mode, const float *x,
@@ -1017,7 +1017,7 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
         a.eps = eps;
         a.n = (int)cols;
         a.fast = fast;
-        if (streamed) *streamed = rl_mvs_applies(&a, &c.knobs);
+        if (streamed) *streamed = rl_mvs_warps(&a, &c.knobs) > 0;
         if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0) < 0 ||
             cudaDeviceSynchronize() || cudaMemcpy(y, dy, out_rows * 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));

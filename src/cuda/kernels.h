@@ -145,6 +145,9 @@ int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStre
  * error. rl_mvs_prepare raises its kernels' shared-memory limit to the device's (at open). */
 int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
 bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
+/* Warps per block the streamed launch of a uses (0: it would not stream). A chunk stages its
+ * columns with the decode kernel's block size, streamed or not: the norm's sum depends on it. */
+int rl_mvs_warps(const rl_mv_args *a, const rl_cuda_knobs *k);
 int rl_mvs_prepare(void);
 /* Dynamic shared memory one matvec block needs for an input of n values (q8: with the 8-bit
  * activation planes). */

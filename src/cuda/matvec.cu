@@ -293,8 +293,12 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
     if (streamed) return streamed;
     mv_fn f = mv_kernel_for(type, glu, q8, lut, ns);
     warps = mv_block_warps(mv_kernel_for(type, glu, q8, lut, 1), warps, rl_mv_smem(a->n, q8), k);
-    if (ns > 1) { /* stage the columns: the one-column prologue, once per column */
-        if (rl_launch(prep_kernel_for(type, q8, lut), dim3(ns), dim3(warps * 32), 0, st, k->pdl == 1, *a))
+    if (ns > 1) { /* stage the columns: the one-column prologue, once per column, with the block
+                   * size of the kernel that decodes one token (streamed or not), so the same bits */
+        rl_mv_args one = *a;
+        one.ns = 1;
+        const int sw = rl_mvs_warps(&one, k);
+        if (rl_launch(prep_kernel_for(type, q8, lut), dim3(ns), dim3((sw ? sw : warps) * 32), 0, st, k->pdl == 1, *a))
             return -1;
         launches = 2;
         if (warps > 8) warps = 8;

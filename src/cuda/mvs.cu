@@ -66,7 +66,7 @@ template <int T, bool GLU, bool Q8>
 __global__ void __launch_bounds__(512) mvs_kernel(const rl_mv_args a) {
     using TR = mvs_tr<T>;
     constexpr int NV = TR::NV, D = TR::D, W = TR::W;
-    extern __shared__ float xs[];
+    extern __shared__ __align__(16) float xs[];
     __shared__ double red[32];
     rl_pdl_trigger();
     const int n = a.n, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -222,24 +222,37 @@ bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     return true;
 }
 
-int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
-    if (!rl_mvs_applies(a, k)) return 0;
+/* Warps per block of the streamed launch for a (0: it does not stream), its kernel and shared
+ * memory: the knob's warps, fewer while x and the rings do not fit. */
+static int mvs_plan(const rl_mv_args *a, const rl_cuda_knobs *k, mvs_fn *f, size_t *smem) {
+    if (!rl_mvs_applies(a, k) || mv_items(*a, a->mode == RL_MV_GLU) < 1) return 0;
     const uint32_t type = a->seg[0].w.type;
-    const bool glu = a->mode == RL_MV_GLU, q8 = a->fast && rl_mv_q8(type);
-    mvs_fn f = mvs_kernel_for(type, glu, q8);
-    const size_t lim = mvs_smem_limit(f);
-    if (!lim) return -1;
-    /* warps per block: the knob's, fewer while the rings do not fit */
+    const bool q8 = a->fast && rl_mv_q8(type);
+    *f = mvs_kernel_for(type, a->mode == RL_MV_GLU, q8);
+    const size_t lim = mvs_smem_limit(*f), xb = mvs_x_bytes(a->n, q8), rb = mvs_ring_bytes(type);
     int nw = k->mv_warps;
-    const size_t xb = mvs_x_bytes(a->n, q8), rb = mvs_ring_bytes(type);
     while (nw > 1 && xb + nw * rb > lim) nw--;
-    const size_t smem = xb + nw * rb;
-    if (smem > lim) return 0;
+    *smem = xb + nw * rb;
+    return lim && *smem <= lim ? nw : 0;
+}
+
+int rl_mvs_warps(const rl_mv_args *a, const rl_cuda_knobs *k) {
+    mvs_fn f;
+    size_t smem;
+    return mvs_plan(a, k, &f, &smem);
+}
+
+int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
+    mvs_fn f;
+    size_t smem;
+    const int nw = mvs_plan(a, k, &f, &smem);
+    if (!nw) return 0;
     int occ = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, nw * 32, smem) != cudaSuccess || occ < 1) occ = 1;
     if (occ > k->mv_blocks_per_sm) occ = k->mv_blocks_per_sm;
     /* items per warp as even as the resident warps allow, then only as many blocks as that needs */
-    const int items = mv_items(*a, glu), cap = occ * n_sm * nw, ipw = (items + cap - 1) / cap;
+    const int items = mv_items(*a, a->mode == RL_MV_GLU), cap = occ * n_sm * nw, ipw = (items + cap - 1) / cap;
     const int blocks = (items + ipw * nw - 1) / (ipw * nw);
+    /* PDL (knob 1 or 2): the first D - 1 stages are copied while the previous kernel runs */
     return rl_launch(f, dim3(blocks), dim3(nw * 32), smem, st, k->pdl != 0, *a) ? -1 : 1;
 }
