@@ -40,7 +40,8 @@ ifeq ($(CUDA),1)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
   CU_SRC   := $(wildcard src/cuda/*.cu)
   CU_OBJ   := $(patsubst src/cuda/%.cu,$(BUILD)/obj/cuda/%.o,$(CU_SRC))
-  NVFLAGS  ?= -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a \
+  # -lineinfo: source lines for compute-sanitizer and ncu reports (the code is the same)
+  NVFLAGS  ?= -O3 -std=c++17 -lineinfo -gencode arch=compute_90a,code=sm_90a \
               -gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=compute_80 \
               -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter
   CFLAGS   += -DRL_HAVE_CUDA

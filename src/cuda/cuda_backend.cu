@@ -59,6 +59,13 @@ struct rl_cuda {
     cudaGraphExec_t graph; /* one token */
     size_t launches;
     size_t streamed; /* of them, streamed matvecs (mvs.cu) */
+    /* decoding's layers in one persistent kernel (persist.cu) where it applies */
+    bool pk_on;
+    rl_pk_plan pk;
+    rl_pk_layer *pk_lay; /* [n_layer] device copy of the layers' arguments */
+    unsigned long long *pk_bar;   /* its grid barrier's counter, zeroed at open */
+    unsigned long long *pk_trace; /* RL_CUDA_PERSIST_TRACE: the last token's barrier times */
+    char pk_why[200];             /* why it is off */
     /* --profile: a second graph with a timing event after every step (marks) */
     bool prof_on, prof_cap;
     cudaGraphExec_t pgraph;
@@ -140,7 +147,8 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_PDL", 2, 0, 2, &k->pdl, e) || /* 2: the streamed matvec's launches (docs/PERF.md) */
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
         knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */
-        knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e)) /* streamed matvec (mvs.cu); unset: mvs_for */
+        knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e) || /* streamed matvec (mvs.cu); unset: mvs_for */
+        knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
         return -1;
     return 0;
 }
@@ -242,12 +250,6 @@ static int dev_alloc(void **p, size_t n, const char *what, rl_err *e) {
  * ns = 1 is decoding; ns = 4, 8, 16 an exact chunk, whose kernels compute every token's values
  * with the one-token kernels' arithmetic (so its logits are decoding's, bit for bit). */
 
-static void mv_cols(rl_cuda *c, rl_mv_args *a, int ns, int ys) {
-    a->ns = ns;
-    a->ys = ys;
-    a->scratch = c->mvs;
-}
-
 /* One matvec step of the token: launched, and counted (kernels; streamed ones). */
 static void mv_go(rl_cuda *c, const rl_mv_args *a, int *rc) {
     int k = rl_mv_launch(a, &c->knobs, c->n_sm, c->st);
@@ -256,22 +258,22 @@ static void mv_go(rl_cuda *c, const rl_mv_args *a, int *rc) {
     c->streamed += rl_mvs_warps(a, &c->knobs) > 0;
 }
 
-static void mv1(rl_cuda *c, const rl_dmat *w, const float *bias, float *y, int mode, const float *x,
-                const float *norm_w, int n, int ns, int ys, int *rc) {
-    rl_mv_args a;
-    memset(&a, 0, sizeof a);
-    mv_cols(c, &a, ns, ys);
-    a.seg[0].w = *w;
-    a.seg[0].bias = bias;
-    a.seg[0].y = y;
-    a.nseg = 1;
-    a.mode = mode;
-    a.x = x;
-    a.norm_w = norm_w;
-    a.eps = c->m->cfg.norm_eps;
-    a.n = n;
-    a.fast = c->fast;
-    mv_go(c, &a, rc);
+/* The arguments of a one-matrix matvec: y (mode) W · x, x RMS-normalised first with norm_w. */
+static void mv_args1(const rl_cuda *c, rl_mv_args *a, const rl_dmat *w, float *y, int mode, const float *x,
+                     const float *norm_w, int n, int ns, int ys) {
+    memset(a, 0, sizeof *a);
+    a->ns = ns;
+    a->ys = ys;
+    a->scratch = c->mvs;
+    a->seg[0].w = *w;
+    a->seg[0].y = y;
+    a->nseg = 1;
+    a->mode = mode;
+    a->x = x;
+    a->norm_w = norm_w;
+    a->eps = c->m->cfg.norm_eps;
+    a->n = n;
+    a->fast = c->fast;
 }
 
 static void seg(rl_mv_seg *s, const rl_dmat *w, const float *bias, float *y, uint16_t *y16, bool rope) {
@@ -280,6 +282,12 @@ static void seg(rl_mv_seg *s, const rl_dmat *w, const float *bias, float *y, uin
     s->y = y;
     s->y16 = y16;
     s->rope = rope;
+}
+
+/* Whether layer l's RoPE and K/V write fold into its QKV epilogue: llama rotation into an f16
+ * cache; q/k norms (qwen3) and neox rotation keep the separate rope_kv launch. */
+static bool rope_folds(const rl_cuda *c, size_t l) {
+    return c->knobs.rope_fold && !c->m->cfg.rope_neox && !c->lay[l].q_norm && !c->lay[l].k_norm && !c->kv_q8;
 }
 
 /* The attention arguments every use shares: layer l's cache, norms and the model's shape. */
@@ -304,9 +312,53 @@ static void att_layer(const rl_cuda *c, size_t l, rl_att_args *t) {
     t->eps = cfg->norm_eps;
 }
 
+/* Every argument of layer l's steps for ns tokens (the launches' and the persistent kernel's). */
+static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
+    const rl_config *cfg = &c->m->cfg;
+    const dlayer *L = &c->lay[l];
+    const int D = (int)cfg->n_embd, F = (int)cfg->n_ff;
+    const bool fold = rope_folds(c, l);
+    rl_att_args *t = &P->att;
+    att_layer(c, l, t);
+    t->q = c->q;
+    t->k = c->k;
+    t->v = c->v;
+    t->part = c->part;
+    t->out = c->att;
+    t->count = c->count;
+    t->io = c->io;
+    t->n_split = c->n_split;
+    t->split = c->knobs.att_split;
+    t->split_max = c->split_max;
+    t->max_split = c->knobs.att_max_split;
+    t->n_tok = ns;
+    t->tok_stride = (int)c->qkv_dim;
+    /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
+     * differ), RoPE and the f16 K/V write in its epilogue where they fold */
+    rl_mv_args *a = &P->qkv;
+    mv_args1(c, a, &L->wq, c->q, RL_MV_STORE, c->x, L->attn_norm, D, ns, (int)c->qkv_dim);
+    seg(&a->seg[0], &L->wq, L->bq, c->q, NULL, fold);
+    seg(&a->seg[1], &L->wk, L->bk, fold ? NULL : c->k, fold ? t->kc : NULL, fold);
+    seg(&a->seg[2], &L->wv, L->bv, fold ? NULL : c->v, fold ? t->vc : NULL, false);
+    a->nseg = 3;
+    a->inv_freq = c->inv_freq;
+    a->io = c->io;
+    a->hd = (int)cfg->head_dim;
+    a->rope_dim = (int)cfg->rope_dim;
+    /* x += Wo · att */
+    mv_args1(c, &P->wo, &L->wo, c->x, RL_MV_ADD, c->att, NULL, (int)c->q_dim, ns, D);
+    /* hb = silu(Wg · rmsnorm(x)) * (Wu · rmsnorm(x)): one launch */
+    a = &P->glu;
+    mv_args1(c, a, &L->wg, c->hb, RL_MV_GLU, c->x, L->ffn_norm, D, ns, F);
+    seg(&a->seg[1], &L->wu, NULL, NULL, NULL, false);
+    a->nseg = 2;
+    /* x += Wd · hb */
+    mv_args1(c, &P->down, &L->wd, c->x, RL_MV_ADD, c->hb, NULL, F, ns, D);
+}
+
 static int enqueue(rl_cuda *c, int ns, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
-    int D = (int)cfg->n_embd, F = (int)cfg->n_ff, V = (int)cfg->n_vocab, rc = 0;
+    int D = (int)cfg->n_embd, V = (int)cfg->n_vocab, rc = 0;
     bool pdl = c->knobs.pdl == 1; /* 2: only the streamed matvec's launches (rl_mvs_launch) */
     c->launches = 0;
     c->streamed = 0;
@@ -315,84 +367,92 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
     rl_deq_rows_launch(&c->emb, c->io->toks, 0, ns, c->x, false, c->st); /* the first node: a plain launch */
     c->launches++;
     mark(c, "embed", (double)c->emb.q_row + (double)c->emb.s_row);
-    for (size_t l = 0; l < cfg->n_layer; l++) {
+    /* decoding: every layer in one persistent kernel where it applies (not in the profile's
+     * graph, whose point is a time per step) */
+    if (ns == 1 && c->pk_on && !c->prof_cap) {
+        if (rl_persist_launch(&c->pk, c->pk_lay, (int)cfg->n_layer, c->pk_bar, c->pk_trace, c->st)) rc = -1;
+        c->launches++;
+        c->streamed += 4 * cfg->n_layer;
+    }
+    for (size_t l = 0; l < cfg->n_layer && !(ns == 1 && c->pk_on && !c->prof_cap); l++) {
         const dlayer *L = &c->lay[l];
-        rl_att_args t; /* this layer's cache (the fold's K/V write, then attention) */
-        att_layer(c, l, &t);
-        /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
-         * differ). Llama RoPE (adjacent pairs) and the f16 K/V write fold into its epilogue;
-         * q/k norms (qwen3) and neox rotation keep the separate rope_kv launch. */
-        bool fold = c->knobs.rope_fold && !cfg->rope_neox && !L->q_norm && !L->k_norm && !c->kv_q8;
-        rl_mv_args a;
-        memset(&a, 0, sizeof a);
-        seg(&a.seg[0], &L->wq, L->bq, c->q, NULL, fold);
-        seg(&a.seg[1], &L->wk, L->bk, fold ? NULL : c->k, fold ? t.kc : NULL, fold);
-        seg(&a.seg[2], &L->wv, L->bv, fold ? NULL : c->v, fold ? t.vc : NULL, false);
-        a.nseg = 3;
-        a.mode = RL_MV_STORE;
-        a.x = c->x;
-        a.norm_w = L->attn_norm;
-        a.eps = cfg->norm_eps;
-        a.n = D;
-        a.inv_freq = c->inv_freq;
-        a.io = c->io;
-        a.hd = (int)cfg->head_dim;
-        a.rope_dim = (int)cfg->rope_dim;
-        a.fast = c->fast;
-        mv_cols(c, &a, ns, (int)c->qkv_dim);
-        mv_go(c, &a, &rc);
+        rl_pk_layer P;
+        layer_args(c, l, ns, &P);
+        const bool fold = rope_folds(c, l);
+        mv_go(c, &P.qkv, &rc);
         mark(c, fold ? "qkv+rope+kv" : "qkv", dmat_bytes(&L->wq) + dmat_bytes(&L->wk) + dmat_bytes(&L->wv));
-        /* rope + cache write (unless folded), then attention */
-        t.q = c->q;
-        t.k = c->k;
-        t.v = c->v;
-        t.part = c->part;
-        t.out = c->att;
-        t.count = c->count;
-        t.io = c->io;
-        t.n_split = c->n_split;
-        t.split = c->knobs.att_split;
-        t.split_max = c->split_max;
-        t.max_split = c->knobs.att_max_split;
-        t.n_tok = ns;
-        t.tok_stride = (int)c->qkv_dim;
         if (!fold) {
-            rl_rope_kv_launch(&t, pdl, c->st);
+            rl_rope_kv_launch(&P.att, pdl, c->st);
             c->launches++;
             mark(c, "rope+kv", 0);
         }
-        if (rl_attention_launch(&t, pdl, c->st)) rc = -1;
+        if (rl_attention_launch(&P.att, pdl, c->st)) rc = -1;
         c->launches++;
         mark(c, "attention", -1);
-        /* x += Wo · att */
-        mv1(c, &L->wo, NULL, c->x, RL_MV_ADD, c->att, NULL, (int)c->q_dim, ns, D, &rc);
+        mv_go(c, &P.wo, &rc);
         mark(c, "wo+residual", dmat_bytes(&L->wo));
-        /* hb = silu(Wg · rmsnorm(x)) * (Wu · rmsnorm(x)): one launch */
-        memset(&a, 0, sizeof a);
-        seg(&a.seg[0], &L->wg, NULL, c->hb, NULL, false);
-        seg(&a.seg[1], &L->wu, NULL, NULL, NULL, false);
-        a.nseg = 2;
-        a.mode = RL_MV_GLU;
-        a.x = c->x;
-        a.norm_w = L->ffn_norm;
-        a.eps = cfg->norm_eps;
-        a.n = D;
-        a.fast = c->fast;
-        mv_cols(c, &a, ns, F);
-        mv_go(c, &a, &rc);
+        mv_go(c, &P.glu, &rc);
         mark(c, "gate+up+silu", dmat_bytes(&L->wg) + dmat_bytes(&L->wu));
-        /* x += Wd · hb */
-        mv1(c, &L->wd, NULL, c->x, RL_MV_ADD, c->hb, NULL, F, ns, D, &rc);
+        mv_go(c, &P.down, &rc);
         mark(c, "down+residual", dmat_bytes(&L->wd));
     }
-    mv1(c, &c->out, NULL, c->logits, RL_MV_STORE, c->x, c->out_norm, D, ns, V, &rc);
+    rl_mv_args a;
+    mv_args1(c, &a, &c->out, c->logits, RL_MV_STORE, c->x, c->out_norm, D, ns, V);
+    mv_go(c, &a, &rc);
     mark(c, "norm+lm_head", dmat_bytes(&c->out));
     rl_argmax_launch(c->logits + (size_t)(ns - 1) * V, V, c->amax, pdl, c->st);
     c->launches++;
     mark(c, "argmax", 0);
     CK(cudaGetLastError());
-    if (rc) return rl_fail(e, "CUDA: a matvec launch failed");
+    if (rc) return rl_fail(e, "CUDA: a kernel launch failed");
     return 0;
+}
+
+/* The persistent kernel's plan and device copy of the layers' arguments (at open, before the
+ * first capture: the copy is a synchronous one). Where it does not apply, pk_on stays false
+ * and pk_why says why. */
+static int persist_setup(rl_cuda *c, rl_err *e) {
+    const size_t n = c->m->cfg.n_layer;
+    c->pk_on = false;
+    if (!c->knobs.persist) {
+        snprintf(c->pk_why, sizeof c->pk_why, "off (RL_CUDA_PERSIST=0)");
+        return 0;
+    }
+    rl_pk_layer *h = (rl_pk_layer *)calloc(n, sizeof *h);
+    if (!h) return rl_fail(e, "out of memory");
+    for (size_t l = 0; l < n; l++) layer_args(c, l, 1, &h[l]);
+    int rc = 0;
+    if (!rl_persist_plan(h, (int)n, &c->knobs, c->n_sm, &c->pk, c->pk_why, sizeof c->pk_why)) {
+        cudaError_t err = cudaMemcpy(c->pk_lay, h, n * sizeof *h, cudaMemcpyHostToDevice);
+        if (err != cudaSuccess)
+            rc = rl_fail(e, "CUDA: copying the layer table failed: %s", cudaGetErrorString(err));
+        c->pk_on = !rc;
+    }
+    free(h);
+    const char *tf = getenv("RL_CUDA_PERSIST_TRACE");
+    if (!rc && c->pk_on && tf && *tf) {
+        size_t n_tr = (size_t)(2 * rl_persist_barriers((int)n) + 2) * (size_t)c->pk.blocks;
+        if (dev_alloc((void **)&c->pk_trace, n_tr * 8, "the persistent kernel's trace", e)) return -1;
+        CK(cudaMemset(c->pk_trace, 0, n_tr * 8));
+    }
+    return rc;
+}
+
+/* RL_CUDA_PERSIST_TRACE=FILE: the last token's barrier timestamps, written when the backend
+ * closes: int32 blocks, int32 barriers, then [2 barriers + 2][blocks] uint64 ns (start,
+ * arrival and release per barrier, end). A diagnostic; errors are reported, not fatal. */
+static void persist_trace_write(rl_cuda *c) {
+    const char *tf = getenv("RL_CUDA_PERSIST_TRACE");
+    if (!c->pk_trace || !tf) return;
+    const int32_t hdr[2] = {c->pk.blocks, rl_persist_barriers((int)c->m->cfg.n_layer)};
+    const size_t n_tr = (size_t)(2 * hdr[1] + 2) * (size_t)hdr[0];
+    uint64_t *h = (uint64_t *)malloc(n_tr * 8);
+    FILE *f = h ? fopen(tf, "wb") : NULL;
+    if (!f || cudaMemcpy(h, c->pk_trace, n_tr * 8, cudaMemcpyDeviceToHost) != cudaSuccess ||
+        fwrite(hdr, sizeof hdr, 1, f) != 1 || fwrite(h, 8, n_tr, f) != n_tr)
+        fprintf(stderr, "rawloop: RL_CUDA_PERSIST_TRACE: could not write %s\n", tf);
+    if (f) fclose(f);
+    free(h);
 }
 
 static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, rl_err *e) {
@@ -413,9 +473,16 @@ static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, rl_err *e) {
 
 static int capture1(rl_cuda *c, rl_err *e) { return capture_into(c, &c->graph, 1, e); }
 
-/* With PDL first; if the driver refuses programmatic edges in a graph, again without. */
+/* With the persistent kernel and PDL first; if the driver refuses a cooperative launch or
+ * programmatic edges in a graph, again without (in that order). */
 static int capture(rl_cuda *c, rl_err *e) {
     if (!capture1(c, e)) return 0;
+    if (c->pk_on) {
+        cudaGetLastError();
+        c->pk_on = false;
+        snprintf(c->pk_why, sizeof c->pk_why, "its capture failed: %.170s", e->msg);
+        if (!capture1(c, e)) return 0;
+    }
     if (!c->knobs.pdl) return -1;
     cudaGetLastError();
     c->knobs.pdl = 0;
@@ -427,6 +494,8 @@ static int capture(rl_cuda *c, rl_err *e) {
 static void cuda_free(void *impl) {
     rl_cuda *c = (rl_cuda *)impl;
     if (!c) return;
+    persist_trace_write(c);
+    if (c->pk_trace) cudaFree(c->pk_trace);
     if (c->graph) cudaGraphExecDestroy(c->graph);
     for (cudaGraphExec_t g : c->cgraph)
         if (g) cudaGraphExecDestroy(g);
@@ -679,8 +748,10 @@ static int prefill_fast(rl_cuda *c, const int32_t *tokens, size_t S, size_t pos,
         } else if (s0 + n == S) { /* the last token's logits: decoding's final norm + LM head */
             size_t launches = c->launches, streamed = c->streamed;
             int rc = 0;
-            mv1(c, &c->out, NULL, c->logits, RL_MV_STORE, c->px + (n - 1) * cfg->n_embd, c->out_norm,
-                (int)cfg->n_embd, 1, 0, &rc);
+            rl_mv_args a;
+            mv_args1(c, &a, &c->out, c->logits, RL_MV_STORE, c->px + (n - 1) * cfg->n_embd, c->out_norm,
+                     (int)cfg->n_embd, 1, 0);
+            mv_go(c, &a, &rc);
             c->launches = launches;
             c->streamed = streamed;
             if (rc) return rl_fail(e, "CUDA: fast prefill: LM head launch failed");
@@ -877,6 +948,8 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     size_t o_cnt = off; off = align256(off + T * cfg->n_head * sizeof(int));
     size_t o_mvs = off; off = align256(off + rl_mv_scratch_bytes((int)c->max_n, (int)T));
     size_t o_am = off; off = align256(off + sizeof(int32_t));
+    size_t o_pk = off; off = align256(off + cfg->n_layer * sizeof(rl_pk_layer));
+    size_t o_bar = off; off = align256(off + sizeof(unsigned long long));
     const size_t kv_es = c->kv_q8 ? 1 : 2, kv_sc = c->kv_q8 ? kv_elems / 32 * 4 : 0;
     size_t o_kc = off; off = align256(off + kv_elems * kv_es);
     size_t o_vc = off; off = align256(off + kv_elems * kv_es);
@@ -899,6 +972,8 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     c->io = (rl_cuda_io *)(c->aarena + o_io);
     c->count = (int *)(c->aarena + o_cnt);
     c->amax = (int32_t *)(c->aarena + o_am);
+    c->pk_lay = (rl_pk_layer *)(c->aarena + o_pk);
+    c->pk_bar = (unsigned long long *)(c->aarena + o_bar);
     c->kc = c->aarena + o_kc;
     c->vc = c->aarena + o_vc;
     c->kd = c->kv_q8 ? (float *)(c->aarena + o_kd) : NULL;
@@ -907,10 +982,16 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     CK(cudaMallocHost((void **)&c->h_logits, T * cfg->n_vocab * sizeof(float)));
     CK(cudaMallocHost((void **)&c->h_amax, sizeof(int32_t)));
     CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
-    if (capture(c, e)) return -1;
-    snprintf(b->name, sizeof b->name, "cuda %.40s, graph of %zu launches/token (%zu streamed)%s%s", p.name,
-             c->launches, c->streamed, c->knobs.pdl == 1 || (c->knobs.pdl == 2 && c->streamed) ? ", PDL" : "",
-             c->kv_q8 ? ", q8 KV cache" : "");
+    if (persist_setup(c, e) || capture(c, e)) return -1;
+    if (c->knobs.persist && !c->pk_on) /* asked for: say why not */
+        fprintf(stderr, "rawloop: RL_CUDA_PERSIST=1 but the persistent kernel does not apply: %s\n", c->pk_why);
+    if (c->pk_on)
+        snprintf(b->name, sizeof b->name, "cuda %.40s, graph of %zu launches/token (layers: 1 persistent)%s", p.name,
+                 c->launches, c->kv_q8 ? ", q8 KV cache" : "");
+    else
+        snprintf(b->name, sizeof b->name, "cuda %.40s, graph of %zu launches/token (%zu streamed)%s%s", p.name,
+                 c->launches, c->streamed, c->knobs.pdl == 1 || (c->knobs.pdl == 2 && c->streamed) ? ", PDL" : "",
+                 c->kv_q8 ? ", q8 KV cache" : "");
     /* prompts: fast unless asked for exact (or --exact); without cuBLAS an explicit
      * --prefill fast is an error, the default falls back to exact and says why */
     int pm = o->prefill == RL_PREFILL_AUTO ? (o->exact ? RL_PREFILL_EXACT : RL_PREFILL_FAST) : o->prefill;

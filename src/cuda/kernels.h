@@ -132,6 +132,9 @@ struct rl_cuda_knobs {
     int rope_fold;       /* RoPE + KV write in the QKV epilogue (RL_CUDA_ROPE_FOLD, default 1) */
     int rq2_lut;         /* RQ2 matvec code decoder (RL_CUDA_RQ2_LUT): 0 shifts (default), 1 the
                             256-entry byte -> 4 codes table in shared memory */
+    int persist;         /* decoding runs every layer in one persistent kernel where it applies
+                            (RL_CUDA_PERSIST: 0 off, the default: slower than the
+                            launch graph on every model measured, docs/PERF.md v2.5; 1 on) */
     int mvs;             /* decoding's matvec streams weights through a shared-memory ring
                             (RL_CUDA_MVS): 0 never (mv_kernel), 1 Q4_0/Q8_0/F16/BF16, 2 Q4_0/Q8_0;
                             unset: by shape (cuda_backend.cu mvs_for) */
@@ -206,6 +209,41 @@ int rl_attention_prepare(const rl_att_args *a);
  * over the cache; out: [n_tok][n_head * hd] fp16, the next GEMM's input. hd <= 256 (else
  * cudaErrorInvalidValue); returns cudaError_t. */
 int rl_attention_prefill_launch(const rl_att_args *a, __half *out, cudaStream_t st);
+
+/* ---- the persistent decode kernel (persist.cu) ------------------------------------------------
+ * Every layer of one decoding token in one launch: per layer the phases QKV matvec (RoPE and the
+ * f16 K/V write folded in), flash decode, Wo (+ residual), gate + up + SiLU, down (+ residual),
+ * separated by grid barriers, each computed with the code of its one-launch kernel (mvs.cuh,
+ * attention.cuh) at the same block size, so the logits are the launch-per-step graph's, bit for
+ * bit. A warp issues its first weight stages of the next matvec before the barrier that ends
+ * the current phase. */
+struct rl_pk_layer {
+    rl_mv_args qkv, wo, glu, down; /* ns 1 */
+    rl_att_args att;
+};
+
+struct rl_pk_plan {
+    uint32_t type; /* of every matrix of every layer */
+    bool q8;       /* 8-bit activations */
+    int warps;     /* per block: the streamed launches' (rl_mvs_warps), so the same sums */
+    int blocks;    /* resident at once (a cooperative launch) */
+    int hj;        /* flash decode's dimension pairs per lane: 1, 2 or 4 */
+    size_t xs_bytes, att_smem, smem; /* staging area (also the attention groups'), one group's
+                                        attention memory, dynamic shared memory in all */
+};
+
+/* Whether the persistent kernel runs these n_layer layers (host copies of the arguments): 0 and
+ * the plan, or -1 with the reason in why. Also raises the kernel's shared-memory limit. */
+int rl_persist_plan(const rl_pk_layer *lay, int n_layer, const rl_cuda_knobs *k, int n_sm, rl_pk_plan *plan,
+                    char *why, size_t why_cap);
+/* Grid barriers of one launch over n_layer layers (5 per layer, none after the last). */
+__host__ __device__ inline int rl_persist_barriers(int n_layer) { return 5 * n_layer - 1; }
+/* One token: lay is the device copy of the layers' arguments, bar the kernel's 64-bit barrier
+ * counter (zero when allocated; only this backend's launches may touch it), trace NULL or
+ * [2 * rl_persist_barriers + 2][plan->blocks] timestamps (ns): each block's start, arrival at
+ * and release from every barrier, end. cudaError_t. */
+int rl_persist_launch(const rl_pk_plan *plan, const rl_pk_layer *lay, int n_layer, unsigned long long *bar,
+                      unsigned long long *trace, cudaStream_t st);
 
 /* ---- fast prefill (prefill.cu, gemm.cu) ------------------------------------------------------ */
 

@@ -510,12 +510,22 @@ __device__ __forceinline__ mv_task mv_resolve(const rl_mv_args &a, int p, bool g
     return t;
 }
 
+/* A load of an activation. CG (the persistent kernel, whose phases read what other SMs wrote
+ * earlier in the same launch): from L2 (__ldcg), since an SM's L1 is not coherent with other
+ * SMs' stores. Otherwise a plain load: a kernel boundary makes L1 safe, and mv_stage's second
+ * pass over x then hits L1 (__ldcg there cost the launch graph ~3%: docs/PERF.md v2.5). */
+template <bool CG> __device__ __forceinline__ float ld_act(const float *p) { return CG ? __ldcg(p) : *p; }
+
 /* Column col of an output: the cache row pos, or y + col * ys. */
+template <bool CG>
 __device__ __forceinline__ void mv_store(const rl_mv_args &a, const rl_mv_seg &sg, int r, float v, int pos, int col) {
     float *y = sg.y + (size_t)col * a.ys;
     if (sg.y16) sg.y16[(size_t)pos * sg.w.rows + r] = __half_as_ushort(__float2half_rn(v));
-    else if (a.mode == RL_MV_ADD) y[r] = y[r] + v;
-    else if (a.mode == RL_MV_GLU_MUL) y[r] = y[r] / (1.0f + expf(-y[r])) * v;
+    else if (a.mode == RL_MV_ADD) y[r] = ld_act<CG>(y + r) + v;
+    else if (a.mode == RL_MV_GLU_MUL) {
+        const float g = ld_act<CG>(y + r);
+        y[r] = g / (1.0f + expf(-g)) * v;
+    }
     else y[r] = v;
 }
 
@@ -533,14 +543,14 @@ __host__ __device__ inline size_t col_bytes(int n) { return (stage_bytes(n, true
  * spilled). */
 
 /* The RMS scale 1 / sqrt(mean(x^2) + eps): the sum of squares in double, as on the CPU. */
-template <int B>
+template <int B, bool CG>
 __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float *x, double *red) {
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     double ss = 0;
     for (int i0 = tid; i0 < n; i0 += B * nt) {
         float v[B];
 #pragma unroll
-        for (int u = 0; u < B; u++) v[u] = i0 + u * nt < n ? x[i0 + u * nt] : 0.0f;
+        for (int u = 0; u < B; u++) v[u] = i0 + u * nt < n ? ld_act<CG>(x + i0 + u * nt) : 0.0f;
 #pragma unroll
         for (int u = 0; u < B; u++)
             if (i0 + u * nt < n) ss += (double)v[u] * (double)v[u];
@@ -562,17 +572,17 @@ __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float 
  * shared memory in the decode kernels and global scratch in a chunk's staging kernel (one
  * block per column, the decode block size): the same operations give the same bytes. Ends
  * with a barrier, after which the whole block may read the staged input. */
-template <int XL, bool Q8, int B = 8>
+template <int XL, bool Q8, int B = 8, bool CG = false>
 __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, float *xs, double *red) {
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x;
     const float *w = a.norm_w;
-    const float r = w ? mv_norm_scale<B>(a, x, red) : 1.0f;
+    const float r = w ? mv_norm_scale<B, CG>(a, x, red) : 1.0f;
     for (int i0 = tid; i0 < n; i0 += B * nt) {
         float v[B], g[B];
 #pragma unroll
         for (int u = 0; u < B; u++) {
             const int i = i0 + u * nt;
-            v[u] = i < n ? x[i] : 0.0f;
+            v[u] = i < n ? ld_act<CG>(x + i) : 0.0f;
             g[u] = w && i < n ? w[i] : 0.0f;
         }
 #pragma unroll
@@ -593,7 +603,7 @@ __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, fl
 /* The end of work item p for column s: the lanes' two sums meet in a fixed butterfly, then
  * lane 0 applies the epilogue (SwiGLU; bias, llama RoPE in the rope_kv kernel's op order
  * (lesson 6), and the store: residual add, f16 cache row, or plain) at position pos + s. */
-template <bool GLU>
+template <bool GLU, bool CG = false>
 __device__ __forceinline__ void mv_finish(const rl_mv_args &a, const mv_task &t, int p, float *acc, int pos, int s) {
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -618,8 +628,8 @@ __device__ __forceinline__ void mv_finish(const rl_mv_args &a, const mv_task &t,
         va = __fsub_rn(m0, m1);
         vb = __fadd_rn(m2, m3);
     }
-    mv_store(a, sg, t.ra, va, pos + s, s);
-    if (t.rb >= 0) mv_store(a, sg, t.rb, vb, pos + s, s);
+    mv_store<CG>(a, sg, t.ra, va, pos + s, s);
+    if (t.rb >= 0) mv_store<CG>(a, sg, t.rb, vb, pos + s, s);
 }
 
 /* Work items of a launch: GLU one per row pair (gate r, up r), else one per 2 rows of each

@@ -2,7 +2,7 @@
 # Runs on the GPU machine (tests/cuda/README in docs/CUDA.md): kernel tests, GPU-vs-CPU logits on
 # the shipped models and on random models of real shapes, greedy sequences, run-to-run bits,
 # compute-sanitizer, then tg128 speeds. Prints a short table last; logs go to $OUT (or /tmp).
-#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r g q s b d b7 a t p pf fp ck")
+#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r g q s b d b7 a t p pf fp ck pk")
 set -u
 B=${1:-build-cuda}
 STAGES=${2:-"k e r s b"}
@@ -178,11 +178,19 @@ fi
 if has s; then
     say "== compute-sanitizer"
     if command -v compute-sanitizer >/dev/null; then
-        for tool in memcheck racecheck; do
-            compute-sanitizer --tool $tool --error-exitcode 3 "$R" logits --device cuda -m models/rawloop-small.gguf --ids "1 45 496 31" -o /tmp/ls.bin >"$OUT/sanitizer-$tool.txt" 2>&1
-            rc=$?
-            row "| rawloop-small Q8_0 | compute-sanitizer $tool | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|not supported' "$OUT/sanitizer-$tool.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+        # the default path (a 4-id prompt: the fast prefill) and decoding token by token (the
+        # one-token graph: the persistent kernel where it applies)
+        for path in default decode persistent; do
+            pf=""
+            [ $path != default ] && pf="--prefill exact -b 1"
+            export RL_CUDA_PERSIST=$([ $path = persistent ] && echo 1 || echo 0)
+            for tool in memcheck racecheck synccheck; do
+                timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 3 "$R" logits --device cuda $pf -m models/rawloop-small.gguf --ids "1 45 496 31" -o /tmp/ls.bin >"$OUT/sanitizer-$tool-$path.txt" 2>&1
+                rc=$?
+                row "| rawloop-small Q8_0 | compute-sanitizer $tool, $path | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|not supported' "$OUT/sanitizer-$tool-$path.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+            done
         done
+        unset RL_CUDA_PERSIST
     else
         row "| - | compute-sanitizer | not installed | SKIP |"
     fi
@@ -313,6 +321,41 @@ if has ck; then
                 python3 -c "import sys,json; j=json.loads(sys.stdin.read()); print(f'| $1 $2 | pp128 x3, prefill exact S=$b | {j[\"pp_tps\"]:.1f} tok/s (sd {j[\"pp_sd\"]:.1f}) | INFO |')" >>"$SUMMARY" 2>>"$LOG"
         done
     done
+fi
+# The persistent decode kernel (persist.cu) against the graph of one launch per step
+# (RL_CUDA_PERSIST=0): the same logits bytes, token by token (-b 1), in both numerics. With
+# RL_CUDA_PERSIST=1 the backend says on stderr when the kernel does not apply: that is a FAIL
+# here (every model below is one it must run). MS (optional): RL_CUDA_ATT_MAXSPLIT for both
+# runs, so that the attention splits widen (and the merge runs) within a short id list.
+persist_same() { # name model ids [MS]
+    local name=$1 model=$2 ids=$3 ms=${4:-32} mode ok=1 info=""
+    for mode in "" "--exact"; do
+        rm -f /tmp/pk0.bin /tmp/pk1.bin /tmp/pk1.err
+        RL_CUDA_ATT_MAXSPLIT=$ms RL_CUDA_PERSIST=0 "$R" logits --device cuda --prefill exact -b 1 $mode -m "$model" --ids "$ids" -o /tmp/pk0.bin >>"$LOG" 2>&1 || ok=0
+        RL_CUDA_ATT_MAXSPLIT=$ms RL_CUDA_PERSIST=1 "$R" logits --device cuda --prefill exact -b 1 $mode -m "$model" --ids "$ids" -o /tmp/pk1.bin 2>/tmp/pk1.err || ok=0
+        cat /tmp/pk1.err >>"$LOG"
+        if grep -q "does not apply" /tmp/pk1.err; then ok=0; info="$info ${mode:-fast}:NOT-APPLIED($(grep -o 'apply: .*' /tmp/pk1.err | head -c 120))";
+        elif [ -s /tmp/pk0.bin ] && cmp -s /tmp/pk0.bin /tmp/pk1.bin; then info="$info ${mode:-fast}=";
+        else ok=0; info="$info ${mode:-fast}:DIFFERENT"; fi
+    done
+    row "| $name | persistent kernel vs launch per step, $(echo "$ids" | wc -w) ids, max split $ms |$info | $([ $ok = 1 ] && echo PASS || echo FAIL) |"
+}
+if has pk; then
+    say "== persistent decode kernel"
+    IDS_300=$(python3 -c "print(' '.join(str((i * 7919) % 30000 + 3) for i in range(300)))")
+    IDS_300S=$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(300)))")
+    persist_same "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_300S"
+    persist_same "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_300S" 4
+    IFS=';' read -r -a PKM <<<"${PK_MODELS:-tinyllama-1.1b Q4_0;tinyllama-1.1b F16;tinyllama-1.1b Q8_0;llama2-7b Q4_0;llama3-8b Q4_0}"
+    for spec in "${PKM[@]}"; do
+        set -- $spec
+        f="$M/$1-$2.gguf"
+        [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1 || { row "| $1 $2 | mkmodel | failed | FAIL |"; continue; }
+        persist_same "$1 $2" "$f" "$IDS_300" 4
+    done
+    # and against the CPU, and the exact chunks (which keep the launch graph) against it
+    cmp_logits "tinyllama-1.1b Q4_0 (persistent)" "$M/tinyllama-1.1b-Q4_0.gguf" "$IDS_300" --exact
+    chunks "tinyllama-1.1b Q4_0 (persistent S=1)" "$M/tinyllama-1.1b-Q4_0.gguf" "$(python3 -c "print(' '.join(str((i * 7919) % 30000 + 3) for i in range(37)))")"
 fi
 if has fp; then # the fast prefill: cuBLAS present?, logits vs CPU, perplexity, pp512 speed
     say "== fast prefill"

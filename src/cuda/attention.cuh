@@ -1,0 +1,237 @@
+/* Flash decode's device code, shared by its own kernel (attention.cu, one launch per layer) and
+ * the persistent decode kernel (persist.cu, one phase per layer). Device code only. */
+#ifndef RL_CUDA_ATTENTION_CUH
+#define RL_CUDA_ATTENTION_CUH
+
+#include <cuda_fp16.h>
+#include <math.h>
+
+#include "dequant.cuh"
+#include "kernels.h"
+#include "reduce.cuh"
+
+#define ATT_THREADS 128
+
+/* Flash decode. Block (head h, split s, token z) over positions [s * S, (s + 1) * S) of
+ * [0, pos]; ATT_THREADS threads. HJ = ceil(hd / 64): a lane's dimension pairs in the value pass.
+ * Dynamic shared memory: the split's scores, q, and the warps' outputs [nw][hd].
+ * Scores: one thread per key (16-byte loads along the key row in groups of 8, q broadcast from
+ * shared memory). Values: warp w takes positions w, w + nw, ...; lane l the dimension pairs
+ * 2l + 64j (coalesced 4-byte loads of a value row), 16 / HJ rows' loads issued before any is
+ * used; the warps' sums are added in warp order. A single active split writes o / l; otherwise
+ * the partials (max m, sum l, unnormalised o[hd]) go to global memory and the head's last block
+ * to finish (an atomic ticket, not an atomic sum) merges every active split in split order, its
+ * loads in batches of 8 splits. The kernel is a chain of memory round trips, so every loop
+ * issues its loads in batches (at depth 4096 the value pass was 8 round trips per warp and the
+ * merge 32 or more: 7B Q4_0 at d4096 287 -> 329 tok/s); the arithmetic keeps v2.2's order, so
+ * batching changed no bits. (A block per GQA group reading each key once for its query heads
+ * was measured and dropped: an eighth of the blocks, each doing eight heads' work in turn, made
+ * TinyLlama's attention 56% slower at short context and slower at depth 4096 too.)
+ * Q8: an int8 cache with a scale per 32 values (--kv-type q8, half the bytes of f16): a key's
+ * score is the sum over its 32-value blocks of d * (q . k_int8), a value row adds (e * d) * v. */
+/* Flash-decode block (head h, split s, token z), computed by the ATT_THREADS threads of group g
+ * (their own barrier; the kernel below: the whole block). sm: rl_attention_smem(a) bytes of
+ * shared memory, red: 32 floats, ticket: one int, all the group's own. Activations that the
+ * persistent kernel writes in the same launch (q, the cache row at pos, partials) are read
+ * with __ldcg (L2): an SM's L1 is not coherent with the other SMs' stores. */
+template <int HJ, bool Q8>
+__device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, int s, int z, float *sm, float *red,
+                                                   int *ticket_p, rl_grp g) {
+    int &ticket = *ticket_p;
+    const int hd = a.hd, nt = ATT_THREADS, nw = nt >> 5, t = g.tid(), lane = t & 31, warp = t >> 5;
+    float *sc = sm, *qs = sc + a.split_max, *ow = qs + hd;
+    /* token z of an exact chunk (grid z; 0 when decoding) sits at io->pos + z: its q, output,
+     * partials and tickets are its own, and everything below is the one-token computation */
+    const int n_pos = a.io->pos + z + 1;
+    const float *qz = a.q + (size_t)z * a.tok_stride;
+    float *oz = a.out + (size_t)z * a.n_head * hd;
+    float *pz = a.part + (size_t)z * a.n_head * a.n_split * (hd + 2);
+    int *cz = a.count + (size_t)z * a.n_head;
+    /* positions per split: the knob, widened (in steps of 32) to keep at most max_split splits so the
+     * merge stays short at depth; a function of pos only, so every block agrees */
+    const int S = max(a.split, ((n_pos + a.max_split - 1) / a.max_split + 31) / 32 * 32);
+    const int p0 = s * S;
+    if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
+    const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S;
+    const int kv_dim = a.n_head_kv * hd, kvh = h / (a.n_head / a.n_head_kv);
+    for (int d = t; d < hd; d += nt) qs[d] = __ldcg(qz + h * hd + d);
+    g.sync();
+    const float scale = 1.0f / sqrtf((float)hd);
+    float m = -INFINITY;
+    for (int p = t; p < np; p += nt) {
+        const size_t cell = (size_t)(p0 + p) * kv_dim + kvh * hd; /* the key row's first cell */
+        float acc0 = 0.0f, acc1 = 0.0f;
+        if constexpr (Q8) {
+            const uint4 *kr = (const uint4 *)((const int8_t *)a.kc + cell);
+            const float *kd = a.kd + cell / 32;
+            for (int gb = 0; gb < hd / 32; gb += 4) { /* 4 blocks: 8 16-byte loads and 4 scales */
+                uint4 kk[8];
+                float dk[4];
+#pragma unroll
+                for (int j = 0; j < 8; j++) kk[j] = 2 * gb + j < hd / 16 ? __ldcg(kr + 2 * gb + j) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int b = 0; b < 4; b++) dk[b] = gb + b < hd / 32 ? __ldcg(kd + gb + b) : 0.0f;
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    if (gb + b >= hd / 32) break;
+                    const float *qq = qs + 32 * (gb + b);
+                    float t0 = 0.0f, t1 = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < 8; w++) {
+                        const uint32_t u = word(kk[2 * b + w / 4], w % 4);
+                        t0 = fmaf(qq[4 * w], (float)(int8_t)(u & 0xff), t0);
+                        t1 = fmaf(qq[4 * w + 1], (float)(int8_t)((u >> 8) & 0xff), t1);
+                        t0 = fmaf(qq[4 * w + 2], (float)(int8_t)((u >> 16) & 0xff), t0);
+                        t1 = fmaf(qq[4 * w + 3], (float)(int8_t)(u >> 24), t1);
+                    }
+                    acc0 = fmaf(dk[b], t0 + t1, acc0);
+                }
+            }
+        } else {
+            const uint4 *kr = (const uint4 *)((const __half *)a.kc + cell);
+            for (int gb = 0; gb < hd / 8; gb += 8) {
+                uint4 kk[8];
+#pragma unroll
+                for (int j = 0; j < 8; j++) kk[j] = gb + j < hd / 8 ? __ldcg(kr + gb + j) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    if (gb + j >= hd / 8) break;
+                    const uint4 k8 = kk[j];
+                    const float *qq = qs + 8 * (gb + j);
+                    const float2 f0 = __half22float2(*(const __half2 *)&k8.x), f1 = __half22float2(*(const __half2 *)&k8.y),
+                                 f2 = __half22float2(*(const __half2 *)&k8.z), f3 = __half22float2(*(const __half2 *)&k8.w);
+                    acc0 = fmaf(qq[0], f0.x, acc0);
+                    acc1 = fmaf(qq[1], f0.y, acc1);
+                    acc0 = fmaf(qq[2], f1.x, acc0);
+                    acc1 = fmaf(qq[3], f1.y, acc1);
+                    acc0 = fmaf(qq[4], f2.x, acc0);
+                    acc1 = fmaf(qq[5], f2.y, acc1);
+                    acc0 = fmaf(qq[6], f3.x, acc0);
+                    acc1 = fmaf(qq[7], f3.y, acc1);
+                }
+            }
+        }
+        const float v = (acc0 + acc1) * scale;
+        sc[p] = v;
+        m = fmaxf(m, v);
+    }
+    m = block_max_f(m, red, g);
+    float l = 0.0f;
+    for (int p = t; p < np; p += nt) {
+        const float e = expf(sc[p] - m);
+        sc[p] = e;
+        l += e;
+    }
+    l = block_sum_f(l, red, g); /* its barriers also order the sc[] writes before the reads below */
+    constexpr int PB = HJ >= 8 ? 2 : 16 / HJ; /* value rows per batch */
+    float2 acc[HJ];
+#pragma unroll
+    for (int j = 0; j < HJ; j++) acc[j] = make_float2(0.0f, 0.0f);
+    for (int pb = warp; pb < np; pb += PB * nw) {
+        uint32_t vv[PB][HJ]; /* two f16, or two int8 in the low half */
+        float dv[PB][HJ];
+#pragma unroll
+        for (int b = 0; b < PB; b++) {
+            const int p = pb + b * nw;
+            const size_t cell = (size_t)(p0 + p) * kv_dim + kvh * hd;
+#pragma unroll
+            for (int j = 0; j < HJ; j++) {
+                const int d = 2 * lane + 64 * j;
+                const bool in = p < np && d < hd;
+                if constexpr (Q8) {
+                    vv[b][j] = in ? __ldcg((const unsigned short *)((const int8_t *)a.vc + cell + d)) : 0u;
+                    dv[b][j] = in ? __ldcg(a.vd + (cell + d) / 32) : 0.0f;
+                } else {
+                    vv[b][j] = in ? __ldcg((const unsigned int *)((const __half *)a.vc + cell + d)) : 0u;
+                }
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < PB; b++) {
+            const int p = pb + b * nw;
+            if (p >= np) break;
+            const float e = sc[p];
+#pragma unroll
+            for (int j = 0; j < HJ; j++) {
+                if constexpr (Q8) {
+                    const float ed = e * dv[b][j];
+                    acc[j].x = fmaf(ed, (float)(int8_t)(vv[b][j] & 0xff), acc[j].x);
+                    acc[j].y = fmaf(ed, (float)(int8_t)(vv[b][j] >> 8), acc[j].y);
+                } else {
+                    const float2 f = __half22float2(*(const __half2 *)&vv[b][j]);
+                    acc[j].x = fmaf(e, f.x, acc[j].x);
+                    acc[j].y = fmaf(e, f.y, acc[j].y);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < HJ; j++) {
+        const int d = 2 * lane + 64 * j;
+        if (d < hd) {
+            ow[warp * hd + d] = acc[j].x;
+            ow[warp * hd + d + 1] = acc[j].y;
+        }
+    }
+    g.sync();
+    if (ns == 1) { /* a single split is its own merge: o / l, the same bits as the merge gives */
+        for (int d = t; d < hd; d += nt) {
+            float o = 0.0f;
+            for (int w = 0; w < nw; w++) o += ow[w * hd + d];
+            oz[h * hd + d] = o / l;
+        }
+        return;
+    }
+    float *out = pz + ((size_t)h * a.n_split + s) * (hd + 2);
+    for (int d = t; d < hd; d += nt) {
+        float o = 0.0f;
+        for (int w = 0; w < nw; w++) o += ow[w * hd + d];
+        out[2 + d] = o;
+    }
+    if (t == 0) {
+        out[0] = m;
+        out[1] = l;
+    }
+    /* The last block of this head to finish merges every active split, in split order, so the
+     * result does not depend on which block came last (the counter is a ticket, not a sum). */
+    __threadfence();
+    g.sync();
+    if (t == 0) ticket = atomicAdd(&cz[h], 1);
+    g.sync();
+    if (ticket != ns - 1) return;
+    __threadfence();
+    const float *ph = pz + (size_t)h * a.n_split * (hd + 2);
+    float M = -INFINITY; /* max is exact in any order */
+    for (int q0 = 0; q0 < ns; q0 += 8) {
+        float mq[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) mq[j] = q0 + j < ns ? __ldcg(ph + (q0 + j) * (hd + 2)) : -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; j++) M = fmaxf(M, mq[j]);
+    }
+    for (int d = t; d < hd; d += nt) {
+        float L = 0.0f, o = 0.0f;
+        for (int q0 = 0; q0 < ns; q0 += 8) {
+            float mq[8], lq[8], oq[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const float *pq = ph + (q0 + j) * (hd + 2);
+                const bool in = q0 + j < ns;
+                mq[j] = in ? __ldcg(pq) : 0.0f;
+                lq[j] = in ? __ldcg(pq + 1) : 0.0f;
+                oq[j] = in ? __ldcg(pq + 2 + d) : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (q0 + j >= ns) break;
+                const float w = expf(mq[j] - M);
+                L = fmaf(lq[j], w, L);
+                o = fmaf(oq[j], w, o);
+            }
+        }
+        oz[h * hd + d] = o / L;
+    }
+    if (t == 0) cz[h] = 0;
+}
+
+#endif

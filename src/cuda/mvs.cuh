@@ -1,0 +1,180 @@
+/* The streamed matvec's device code (v2.4), shared by its own kernel (mvs.cu, one launch per
+ * matvec) and the persistent decode kernel (persist.cu, every matvec of a token as phases of
+ * one launch). Device code only.
+ *
+ * Weights of the plane types (Q4_0, Q8_0: a quant plane and an fp16 scale plane; F16, BF16:
+ * rows) reach the lanes through a per-warp ring of D shared-memory stages filled by cp.async:
+ * a warp keeps D - 1 stages in flight while it computes the oldest one, and the stream runs on
+ * across its work items, so the loads never stop between items.
+ *
+ * Same arithmetic as matvec.cu's register kernel: work item p (two rows), lane l takes units
+ * l, l + 32, ... of both rows in that order through the same dot functions (dot_q8, dot2), and
+ * mv_finish's butterfly and epilogue. So both give the same bits, and the exact chunks (which
+ * keep the register kernel) stay bit-identical to decoding.
+ *
+ * Stage j of an item: units 32j .. 32j + 31 of its two rows, per row 32 * 16 * NV bytes of
+ * quants (copied as contiguous 16-byte pieces, so each copy instruction of the warp covers 512
+ * contiguous bytes) and, with a scale plane, the 64 bytes of the 32 units' fp16 scales (16
+ * lanes x 4 bytes). A lane reads back its own unit's pieces; the pieces are stored XOR-swizzled
+ * so that a quarter-warp's 16-byte reads of units NV pieces apart hit 8 distinct bank groups.
+ * (Wider stages, several units per lane, were measured slower: docs/PERF.md v2.4.) */
+#ifndef RL_CUDA_MVS_CUH
+#define RL_CUDA_MVS_CUH
+
+#include "mv.cuh"
+
+/* The streamed types. */
+__host__ __device__ constexpr bool mvs_type(int T) {
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_F16 || T == RL_BF16;
+}
+
+/* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
+ * sized so that a ring is 8-12 KB. */
+template <int T> struct mvs_tr {
+    static constexpr int NV = mv_tr<T>::NV;                 /* 16-byte pieces per 32-value unit */
+    static constexpr bool S = T == RL_Q4_0 || T == RL_Q8_0; /* has a scale plane */
+    static constexpr int QB = 32 * 16 * NV;                 /* one row's quants of a stage */
+    static constexpr int ROW = QB + (S ? 64 : 0);
+    static constexpr int STAGE = 2 * ROW;
+    static constexpr int D = T == RL_Q4_0 ? 8 : T == RL_Q8_0 ? 4 : 3;
+    static constexpr int RING = D * STAGE; /* bytes of one warp's ring */
+};
+
+/* A warp's ring in bytes, for a type known at run time (0: not streamed). */
+__host__ __device__ constexpr size_t mvs_ring_bytes(int T) {
+    return T == RL_Q4_0 ? mvs_tr<RL_Q4_0>::RING : T == RL_Q8_0 ? mvs_tr<RL_Q8_0>::RING
+         : T == RL_F16 ? mvs_tr<RL_F16>::RING : T == RL_BF16 ? mvs_tr<RL_BF16>::RING : 0;
+}
+
+/* Shared memory before the rings: the staged input, rounded up to 16 bytes. */
+__host__ __device__ inline size_t mvs_x_bytes(int n, bool q8) { return (stage_bytes(n, q8) + 15) & ~(size_t)15; }
+
+__device__ __forceinline__ void cp16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void cp4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* Slot of 16-byte piece P of a row's stage: the XOR keeps it within its group of 8 pieces. */
+template <int NV> __device__ __forceinline__ int swz(int P) { return P ^ ((P >> 3) & (NV - 1)); }
+
+/* One warp's share of one streamed matvec: items p0, p0 + G, ... of the launch (G warps in
+ * all), J stages each. prefetch() issues the first D - 1 stages, which read only weights, so a
+ * caller may issue them before the matvec's input exists (before a PDL wait, or before the
+ * grid barrier that ends the previous phase); run() stages the input with the whole block
+ * (every thread of the block must call it) and computes, issuing the stages that remain. The
+ * caller must not touch the warp's ring between the two. CG: activations are read from L2
+ * (ld_act; the persistent kernel). */
+template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
+    using TR = mvs_tr<T>;
+    static constexpr int NV = TR::NV, D = TR::D;
+    const rl_mv_args *a;
+    uint8_t *ring;
+    int nu, J, G, items, p0, total;
+    int ip, ij, k_issue; /* the copy cursor: stage k_issue is (item ip, step ij) */
+    mv_task ti;
+
+    __device__ __forceinline__ void init(const rl_mv_args *args, uint8_t *ring_, int warp_id, int n_warps) {
+        a = args;
+        ring = ring_;
+        nu = a->n / 32;
+        J = (nu + 31) / 32;
+        G = n_warps;
+        items = mv_items(*a, GLU);
+        p0 = warp_id;
+        total = p0 < items ? ((items - 1 - p0) / G + 1) * J : 0;
+        ip = p0;
+        ij = 0;
+        k_issue = 0;
+        if (total) ti = mv_resolve(*a, p0, GLU);
+    }
+
+    __device__ __forceinline__ void issue() {
+        const int lane = threadIdx.x & 31;
+        if (k_issue < total) {
+            uint8_t *st = ring + (k_issue % D) * TR::STAGE;
+            const int c0 = 32 * ij;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                uint8_t *ru = st + i * TR::ROW;
+#pragma unroll
+                for (int q = 0; q < NV; q++) {
+                    const int P = 32 * q + lane; /* piece P is in unit c0 + P / NV */
+                    if (c0 + P / NV < nu) cp16(ru + 16 * swz<NV>(P), ti.w[i] + (size_t)c0 * 16 * NV + 16 * P);
+                }
+                if (TR::S && lane < 16 && c0 + 2 * lane < nu)
+                    cp4(ru + TR::QB + 4 * lane, ti.s[i] + (size_t)(c0 + 2 * lane) * 2);
+            }
+            if (++ij == J) {
+                ij = 0;
+                ip += G;
+                if (ip < items) ti = mv_resolve(*a, ip, GLU);
+            }
+        }
+        k_issue++;
+        cp_commit(); /* an empty group past the end keeps the count uniform */
+    }
+
+    __device__ __forceinline__ void prefetch() {
+        for (int k = 0; k < D - 1; k++) issue();
+    }
+
+    /* xs: the block's staging area (mvs_x_bytes(n, Q8)), red: 32 doubles of shared scratch. */
+    __device__ __forceinline__ void run(float *xs, double *red) {
+        const int n = a->n, lane = threadIdx.x & 31;
+        mv_stage<0, Q8, 8, CG>(*a, a->x, xs, red);
+        const int8_t *xq = (const int8_t *)((const char *)xs + xs_f32_bytes(n));
+        const float *xd = (const float *)(xq + n);
+        const int *xsum = (const int *)(xd + nu);
+        const int pos = a->io ? a->io->pos : 0;
+        int p = p0, j = 0;
+        mv_task t;
+        if (total) t = mv_resolve(*a, p0, GLU);
+        float acc[2] = {0.0f, 0.0f};
+        for (int k = 0; k < total; k++) {
+            issue();
+            cp_wait<D - 1>(); /* this lane's copies of stage k have landed */
+            __syncwarp();     /* and every lane's */
+            const uint8_t *st = ring + (k % D) * TR::STAGE;
+            const int c = 32 * j + lane; /* mv_kernel's per-lane order */
+            if (c < nu) {
+                raw_chunk<T> r[2];
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const uint8_t *ru = st + i * TR::ROW;
+#pragma unroll
+                    for (int q = 0; q < NV; q++) r[i].v[q] = *(const uint4 *)(ru + 16 * swz<NV>(lane * NV + q));
+                    if constexpr (TR::S) r[i].d = *(const uint16_t *)(ru + TR::QB + 2 * lane);
+                }
+                if constexpr (Q8) {
+                    const int4 xa = *(const int4 *)(xq + c * 32), xc = *(const int4 *)(xq + c * 32 + 16);
+                    const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
+#pragma unroll
+                    for (int i = 0; i < 2; i++) acc[i] += dot_q8<T>(r[i], xw, xd[c], xsum[c]);
+                } else {
+                    dot2<T>(r, xs + c * 36, acc, nullptr, nullptr, c);
+                }
+            }
+            __syncwarp(); /* the slot is refilled by the next issue */
+            if (++j == J) {
+                mv_finish<GLU, CG>(*a, t, p, acc, pos, 0);
+                acc[0] = acc[1] = 0.0f;
+                j = 0;
+                p += G;
+                if (p < items) t = mv_resolve(*a, p, GLU);
+            }
+        }
+        cp_wait<0>();
+    }
+};
+
+#endif
