@@ -47,7 +47,7 @@ ifeq ($(CUDA),1)
   CFLAGS   += -DRL_HAVE_CUDA
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
   LIB_OBJ  += $(CU_OBJ)
-  CUDA_TEST := $(BUILD)/test_cuda
+  CUDA_TEST := $(BUILD)/test_cuda $(BUILD)/racecheck_probe
 endif
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(patsubst cli/%.c,$(BUILD)/obj/cli/%.o,$(CLI_SRC))
@@ -73,6 +73,9 @@ $(BUILD)/obj/cuda-$(CUDA).stamp: | $(BUILD)/obj
 # GPU test program (run on a machine with a GPU: tests/cuda/run_device.sh)
 $(BUILD)/test_cuda: tests/cuda/test_cuda.c tests/unit/check.h $(BUILD)/librawloop.a
 	$(CC) $(CFLAGS) -Isrc -Isrc/cuda -Itests/unit $< $(BUILD)/librawloop.a -o $@ $(LDFLAGS) $(LDLIBS)
+# racecheck's report on the persistent kernel, reproduced on a race-free kernel (stage s)
+$(BUILD)/racecheck_probe: tests/cuda/racecheck_probe.cu
+	$(NVCC) $(NVFLAGS) $< -o $@
 $(BUILD)/librawloop.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^
 $(BUILD)/rawloop: $(CLI_OBJ) $(BUILD)/librawloop.a

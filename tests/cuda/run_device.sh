@@ -191,6 +191,14 @@ if has s; then
             done
         done
         unset RL_CUDA_PERSIST
+        # racecheck on race-free probes with the persistent kernel's barrier pattern: hazards
+        # for NAMED 2/3 are the tool's (tests/cuda/racecheck_probe.cu)
+        if [ -x "$B/racecheck_probe" ]; then
+            for v in "0 1" "1 1" "2 0" "2 1" "3 1"; do
+                timeout 60 compute-sanitizer --tool racecheck "$B/racecheck_probe" $v >"$OUT/probe.txt" 2>&1
+                row "| - | racecheck on the race-free probe, named=${v% *} spin=${v#* } | $(grep -E 'RACECHECK SUMMARY' "$OUT/probe.txt") | INFO |"
+            done
+        fi
     else
         row "| - | compute-sanitizer | not installed | SKIP |"
     fi
