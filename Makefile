@@ -74,7 +74,7 @@ $(BUILD)/obj/cuda-$(CUDA).stamp: | $(BUILD)/obj
 $(BUILD)/test_cuda: tests/cuda/test_cuda.c tests/unit/check.h $(BUILD)/librawloop.a
 	$(CC) $(CFLAGS) -Isrc -Isrc/cuda -Itests/unit $< $(BUILD)/librawloop.a -o $@ $(LDFLAGS) $(LDLIBS)
 # racecheck's report on the persistent kernel, reproduced on a race-free kernel (stage s)
-$(BUILD)/racecheck_probe: tests/cuda/racecheck_probe.cu
+$(BUILD)/racecheck_probe: tests/cuda/racecheck_probe.cu | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) $< -o $@
 $(BUILD)/librawloop.a: $(LIB_OBJ)
 	rm -f $@ && ar rcs $@ $^

@@ -29,12 +29,20 @@
  * TinyLlama's attention 56% slower at short context and slower at depth 4096 too.)
  * Q8: an int8 cache with a scale per 32 values (--kv-type q8, half the bytes of f16): a key's
  * score is the sum over its 32-value blocks of d * (q . k_int8), a value row adds (e * d) * v. */
+/* A load of something another SM may have written earlier in the same launch: with CG (the
+ * persistent kernel: q and the cache row at pos) from L2, as an SM's L1 is not coherent with
+ * the other SMs' stores; otherwise a plain load (after a kernel boundary L1 is safe, and the
+ * heads of a GQA group on one SM may share K/V lines in it). */
+template <bool CG, typename U> __device__ __forceinline__ U ld_cg(const U *p) {
+    if constexpr (CG) return __ldcg(p);
+    else return *p;
+}
+
 /* Flash-decode block (head h, split s, token z), computed by the ATT_THREADS threads of group g
  * (their own barrier; the kernel below: the whole block). sm: rl_attention_smem(a) bytes of
- * shared memory, red: 32 floats, ticket: one int, all the group's own. Activations that the
- * persistent kernel writes in the same launch (q, the cache row at pos, partials) are read
- * with __ldcg (L2): an SM's L1 is not coherent with the other SMs' stores. */
-template <int HJ, bool Q8>
+ * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: ld_cg. The split
+ * partials are written by other blocks of the same launch in either kernel: always from L2. */
+template <int HJ, bool Q8, bool CG = false>
 __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, int s, int z, float *sm, float *red,
                                                    int *ticket_p, rl_grp g) {
     int &ticket = *ticket_p;
@@ -54,7 +62,7 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
     if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
     const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S;
     const int kv_dim = a.n_head_kv * hd, kvh = h / (a.n_head / a.n_head_kv);
-    for (int d = t; d < hd; d += nt) qs[d] = __ldcg(qz + h * hd + d);
+    for (int d = t; d < hd; d += nt) qs[d] = ld_cg<CG>(qz + h * hd + d);
     g.sync();
     const float scale = 1.0f / sqrtf((float)hd);
     float m = -INFINITY;
@@ -68,9 +76,9 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
                 uint4 kk[8];
                 float dk[4];
 #pragma unroll
-                for (int j = 0; j < 8; j++) kk[j] = 2 * gb + j < hd / 16 ? __ldcg(kr + 2 * gb + j) : make_uint4(0, 0, 0, 0);
+                for (int j = 0; j < 8; j++) kk[j] = 2 * gb + j < hd / 16 ? ld_cg<CG>(kr + 2 * gb + j) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-                for (int b = 0; b < 4; b++) dk[b] = gb + b < hd / 32 ? __ldcg(kd + gb + b) : 0.0f;
+                for (int b = 0; b < 4; b++) dk[b] = gb + b < hd / 32 ? ld_cg<CG>(kd + gb + b) : 0.0f;
 #pragma unroll
                 for (int b = 0; b < 4; b++) {
                     if (gb + b >= hd / 32) break;
@@ -92,7 +100,7 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
             for (int gb = 0; gb < hd / 8; gb += 8) {
                 uint4 kk[8];
 #pragma unroll
-                for (int j = 0; j < 8; j++) kk[j] = gb + j < hd / 8 ? __ldcg(kr + gb + j) : make_uint4(0, 0, 0, 0);
+                for (int j = 0; j < 8; j++) kk[j] = gb + j < hd / 8 ? ld_cg<CG>(kr + gb + j) : make_uint4(0, 0, 0, 0);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     if (gb + j >= hd / 8) break;
@@ -139,10 +147,10 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
                 const int d = 2 * lane + 64 * j;
                 const bool in = p < np && d < hd;
                 if constexpr (Q8) {
-                    vv[b][j] = in ? __ldcg((const unsigned short *)((const int8_t *)a.vc + cell + d)) : 0u;
-                    dv[b][j] = in ? __ldcg(a.vd + (cell + d) / 32) : 0.0f;
+                    vv[b][j] = in ? ld_cg<CG>((const unsigned short *)((const int8_t *)a.vc + cell + d)) : 0u;
+                    dv[b][j] = in ? ld_cg<CG>(a.vd + (cell + d) / 32) : 0.0f;
                 } else {
-                    vv[b][j] = in ? __ldcg((const unsigned int *)((const __half *)a.vc + cell + d)) : 0u;
+                    vv[b][j] = in ? ld_cg<CG>((const unsigned int *)((const __half *)a.vc + cell + d)) : 0u;
                 }
             }
         }

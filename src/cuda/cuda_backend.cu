@@ -443,7 +443,7 @@ static int persist_setup(rl_cuda *c, rl_err *e) {
  * arrival and release per barrier, end). A diagnostic; errors are reported, not fatal. */
 static void persist_trace_write(rl_cuda *c) {
     const char *tf = getenv("RL_CUDA_PERSIST_TRACE");
-    if (!c->pk_trace || !tf) return;
+    if (!c->pk_trace || !tf || !c->pk_on) return; /* nothing traced if its capture failed */
     const int32_t hdr[2] = {c->pk.blocks, rl_persist_barriers((int)c->m->cfg.n_layer)};
     const size_t n_tr = (size_t)(2 * hdr[1] + 2) * (size_t)hdr[0];
     uint64_t *h = (uint64_t *)malloc(n_tr * 8);
@@ -473,17 +473,24 @@ static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, rl_err *e) {
 
 static int capture1(rl_cuda *c, rl_err *e) { return capture_into(c, &c->graph, 1, e); }
 
-/* With the persistent kernel and PDL first; if the driver refuses a cooperative launch or
- * programmatic edges in a graph, again without (in that order). */
+/* With the persistent kernel (if asked for) and PDL first; if the driver refuses programmatic
+ * edges or a cooperative launch in a graph, again without PDL, then without the persistent
+ * kernel (with PDL, then without). */
 static int capture(rl_cuda *c, rl_err *e) {
+    const int pdl = c->knobs.pdl;
     if (!capture1(c, e)) return 0;
-    if (c->pk_on) {
+    if (pdl) {
         cudaGetLastError();
-        c->pk_on = false;
-        snprintf(c->pk_why, sizeof c->pk_why, "its capture failed: %.170s", e->msg);
+        c->knobs.pdl = 0;
         if (!capture1(c, e)) return 0;
     }
-    if (!c->knobs.pdl) return -1;
+    if (!c->pk_on) return -1;
+    cudaGetLastError();
+    c->pk_on = false;
+    snprintf(c->pk_why, sizeof c->pk_why, "the graph capture of its launch failed: %.150s", e->msg);
+    c->knobs.pdl = pdl;
+    if (!capture1(c, e)) return 0;
+    if (!pdl) return -1;
     cudaGetLastError();
     c->knobs.pdl = 0;
     return capture1(c, e);

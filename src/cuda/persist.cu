@@ -64,8 +64,11 @@ struct pk_bar {
         tr = tr_;
         k = 0;
         if (threadIdx.x == 0) {
-            const unsigned long long P = (unsigned long long)nb * gridDim.x;
-            base = ld_acquire(c) / P * P;
+            const unsigned long long P = (unsigned long long)nb * gridDim.x, c0 = ld_acquire(c);
+            base = c0 / P * P;
+            /* the argument above, checked: anything else touching the counter (or a launch
+             * that stopped midway) would otherwise be a silent race */
+            if (c0 - base >= gridDim.x) __trap();
             if (tr) tr[blockIdx.x] = gtimer();
         }
     }
@@ -102,7 +105,7 @@ __device__ __forceinline__ void pk_attention(const rl_att_args &a, uint8_t *smem
     float *sm = (float *)(smem + (size_t)grp * att_smem);
     const rl_grp g = {1 + grp, ATT_THREADS};
     for (int vb = blockIdx.x * n_grp + grp; vb < nvb; vb += gridDim.x * n_grp)
-        flash_decode_block<HJ, false>(a, vb % a.n_head, vb / a.n_head, 0, sm, ared[grp], &tick[grp], g);
+        flash_decode_block<HJ, false, true>(a, vb % a.n_head, vb / a.n_head, 0, sm, ared[grp], &tick[grp], g);
 }
 
 /* Copies a phase's arguments into shared memory with the whole block (ends with a barrier).
@@ -212,6 +215,8 @@ int rl_persist_plan(const rl_pk_layer *lay, int n_layer, const rl_cuda_knobs *k,
             if (x > xs) xs = x;
         }
         const rl_att_args *t = &lay[l].att;
+        if (t->hd != lay[0].att.hd || t->n_head != lay[0].att.n_head || t->split_max != lay[0].att.split_max)
+            NO("layers differ in attention shape (the plan takes layer 0's)");
         if (!lay[l].qkv.seg[1].y16 || !lay[l].qkv.seg[2].y16)
             NO("RoPE and the cache write are not folded into the QKV matvec (neox rotation, q/k norms, "
                "a q8 KV cache or RL_CUDA_ROPE_FOLD=0)");
@@ -227,12 +232,19 @@ int rl_persist_plan(const rl_pk_layer *lay, int n_layer, const rl_cuda_knobs *k,
     const size_t att = (rl_attention_smem(&lay[0].att) + 15) & ~(size_t)15;
     const size_t xs_all = att * (size_t)(warps / PK_GROUP_WARPS) > xs ? att * (size_t)(warps / PK_GROUP_WARPS) : xs;
     const size_t smem = xs_all + (size_t)warps * mvs_ring_bytes((int)type);
-    int dev = 0, coop = 0, occ = 0;
+    int dev = 0, coop = 0, occ = 0, optin = 0;
+    cudaFuncAttributes fa;
     cudaError_t err = cudaGetDevice(&dev);
     if (!err) err = cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev);
+    if (!err) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (!err) err = cudaFuncGetAttributes(&fa, f);
     if (err) NO("device query failed: %s", cudaGetErrorString(err));
     if (!coop) NO("the device has no cooperative launch");
-    err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    /* the limit the device allows (not this plan's size: another backend in the process may
+     * plan more for the same kernel) */
+    const size_t lim = (size_t)optin > fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 0;
+    if (smem > lim) NO("%zu bytes of shared memory per block, the device allows %zu", smem, lim);
+    err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lim);
     if (!err) err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, warps * 32, smem);
     if (err) {
         cudaGetLastError();
