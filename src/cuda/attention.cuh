@@ -29,18 +29,16 @@
  * TinyLlama's attention 56% slower at short context and slower at depth 4096 too.)
  * Q8: an int8 cache with a scale per 32 values (--kv-type q8, half the bytes of f16): a key's
  * score is the sum over its 32-value blocks of d * (q . k_int8), a value row adds (e * d) * v. */
-/* A load of something another SM may have written earlier in the same launch: with CG (the
- * persistent kernel: q and the cache row at pos) from L2, as an SM's L1 is not coherent with
- * the other SMs' stores; otherwise a plain load (after a kernel boundary L1 is safe, and the
- * heads of a GQA group on one SM may share K/V lines in it). */
-template <bool CG, typename U> __device__ __forceinline__ U ld_cg(const U *p) {
-    if constexpr (CG) return __ldcg(p);
-    else return *p;
+/* Positions per split over n_pos positions: the knob, widened (in steps of 32) to keep at most
+ * max_split splits so the merge stays short at depth; a function of the position only, so
+ * every block (and the persistent kernel's scheduler) agrees. */
+__device__ __forceinline__ int att_split_len(const rl_att_args &a, int n_pos) {
+    return max(a.split, ((n_pos + a.max_split - 1) / a.max_split + 31) / 32 * 32);
 }
 
 /* Flash-decode block (head h, split s, token z), computed by the ATT_THREADS threads of group g
  * (their own barrier; the kernel below: the whole block). sm: rl_attention_smem(a) bytes of
- * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: ld_cg. The split
+ * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: rl_ld_cg (kernels.h). The split
  * partials are written by other blocks of the same launch in either kernel: always from L2. */
 template <int HJ, bool Q8, bool CG = false>
 __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, int s, int z, float *sm, float *red,
@@ -55,14 +53,12 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
     float *oz = a.out + (size_t)z * a.n_head * hd;
     float *pz = a.part + (size_t)z * a.n_head * a.n_split * (hd + 2);
     int *cz = a.count + (size_t)z * a.n_head;
-    /* positions per split: the knob, widened (in steps of 32) to keep at most max_split splits so the
-     * merge stays short at depth; a function of pos only, so every block agrees */
-    const int S = max(a.split, ((n_pos + a.max_split - 1) / a.max_split + 31) / 32 * 32);
+    const int S = att_split_len(a, n_pos);
     const int p0 = s * S;
     if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
     const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S;
     const int kv_dim = a.n_head_kv * hd, kvh = h / (a.n_head / a.n_head_kv);
-    for (int d = t; d < hd; d += nt) qs[d] = ld_cg<CG>(qz + h * hd + d);
+    for (int d = t; d < hd; d += nt) qs[d] = rl_ld_cg<CG>(qz + h * hd + d);
     g.sync();
     const float scale = 1.0f / sqrtf((float)hd);
     float m = -INFINITY;
@@ -76,9 +72,9 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
                 uint4 kk[8];
                 float dk[4];
 #pragma unroll
-                for (int j = 0; j < 8; j++) kk[j] = 2 * gb + j < hd / 16 ? ld_cg<CG>(kr + 2 * gb + j) : make_uint4(0, 0, 0, 0);
+                for (int j = 0; j < 8; j++) kk[j] = 2 * gb + j < hd / 16 ? rl_ld_cg<CG>(kr + 2 * gb + j) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-                for (int b = 0; b < 4; b++) dk[b] = gb + b < hd / 32 ? ld_cg<CG>(kd + gb + b) : 0.0f;
+                for (int b = 0; b < 4; b++) dk[b] = gb + b < hd / 32 ? rl_ld_cg<CG>(kd + gb + b) : 0.0f;
 #pragma unroll
                 for (int b = 0; b < 4; b++) {
                     if (gb + b >= hd / 32) break;
@@ -100,7 +96,7 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
             for (int gb = 0; gb < hd / 8; gb += 8) {
                 uint4 kk[8];
 #pragma unroll
-                for (int j = 0; j < 8; j++) kk[j] = gb + j < hd / 8 ? ld_cg<CG>(kr + gb + j) : make_uint4(0, 0, 0, 0);
+                for (int j = 0; j < 8; j++) kk[j] = gb + j < hd / 8 ? rl_ld_cg<CG>(kr + gb + j) : make_uint4(0, 0, 0, 0);
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     if (gb + j >= hd / 8) break;
@@ -147,10 +143,10 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
                 const int d = 2 * lane + 64 * j;
                 const bool in = p < np && d < hd;
                 if constexpr (Q8) {
-                    vv[b][j] = in ? ld_cg<CG>((const unsigned short *)((const int8_t *)a.vc + cell + d)) : 0u;
-                    dv[b][j] = in ? ld_cg<CG>(a.vd + (cell + d) / 32) : 0.0f;
+                    vv[b][j] = in ? rl_ld_cg<CG>((const unsigned short *)((const int8_t *)a.vc + cell + d)) : 0u;
+                    dv[b][j] = in ? rl_ld_cg<CG>(a.vd + (cell + d) / 32) : 0.0f;
                 } else {
-                    vv[b][j] = in ? ld_cg<CG>((const unsigned int *)((const __half *)a.vc + cell + d)) : 0u;
+                    vv[b][j] = in ? rl_ld_cg<CG>((const unsigned int *)((const __half *)a.vc + cell + d)) : 0u;
                 }
             }
         }

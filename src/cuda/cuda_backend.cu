@@ -369,12 +369,13 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
     mark(c, "embed", (double)c->emb.q_row + (double)c->emb.s_row);
     /* decoding: every layer in one persistent kernel where it applies (not in the profile's
      * graph, whose point is a time per step) */
-    if (ns == 1 && c->pk_on && !c->prof_cap) {
+    const bool persist = ns == 1 && c->pk_on && !c->prof_cap;
+    if (persist) {
         if (rl_persist_launch(&c->pk, c->pk_lay, (int)cfg->n_layer, c->pk_bar, c->pk_trace, c->st)) rc = -1;
         c->launches++;
         c->streamed += 4 * cfg->n_layer;
     }
-    for (size_t l = 0; l < cfg->n_layer && !(ns == 1 && c->pk_on && !c->prof_cap); l++) {
+    for (size_t l = 0; l < (persist ? 0 : cfg->n_layer); l++) {
         const dlayer *L = &c->lay[l];
         rl_pk_layer P;
         layer_args(c, l, ns, &P);
@@ -431,7 +432,7 @@ static int persist_setup(rl_cuda *c, rl_err *e) {
     free(h);
     const char *tf = getenv("RL_CUDA_PERSIST_TRACE");
     if (!rc && c->pk_on && tf && *tf) {
-        size_t n_tr = (size_t)(2 * rl_persist_barriers((int)n) + 2) * (size_t)c->pk.blocks;
+        const size_t n_tr = rl_persist_trace_words((int)n, c->pk.blocks);
         if (dev_alloc((void **)&c->pk_trace, n_tr * 8, "the persistent kernel's trace", e)) return -1;
         CK(cudaMemset(c->pk_trace, 0, n_tr * 8));
     }
@@ -445,7 +446,7 @@ static void persist_trace_write(rl_cuda *c) {
     const char *tf = getenv("RL_CUDA_PERSIST_TRACE");
     if (!c->pk_trace || !tf || !c->pk_on) return; /* nothing traced if its capture failed */
     const int32_t hdr[2] = {c->pk.blocks, rl_persist_barriers((int)c->m->cfg.n_layer)};
-    const size_t n_tr = (size_t)(2 * hdr[1] + 2) * (size_t)hdr[0];
+    const size_t n_tr = rl_persist_trace_words((int)c->m->cfg.n_layer, c->pk.blocks);
     uint64_t *h = (uint64_t *)malloc(n_tr * 8);
     FILE *f = h ? fopen(tf, "wb") : NULL;
     if (!f || cudaMemcpy(h, c->pk_trace, n_tr * 8, cudaMemcpyDeviceToHost) != cudaSuccess ||

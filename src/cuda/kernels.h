@@ -27,6 +27,16 @@ __device__ __forceinline__ void rl_pdl_trigger() {
 #endif
 }
 
+/* A load of something another SM may have written earlier in the same launch. CG (the
+ * persistent kernel, persist.cu): from L2 (__ldcg), as an SM's L1 is not coherent with the
+ * other SMs' stores. Otherwise a plain load: after a kernel boundary L1 is safe, and it helps
+ * (mv_stage's second pass over x hits it; __ldcg there cost the launch graph ~3%, and flash
+ * decode's GQA heads on one SM share K/V lines: docs/PERF.md v2.5). */
+template <bool CG, typename U> __device__ __forceinline__ U rl_ld_cg(const U *p) {
+    if constexpr (CG) return __ldcg(p);
+    else return *p;
+}
+
 /* Launches kernel f with the programmatic-serialization attribute when pdl is set; cudaError_t. */
 template <typename... P, typename... A>
 static inline int rl_launch(void (*f)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
@@ -238,6 +248,10 @@ int rl_persist_plan(const rl_pk_layer *lay, int n_layer, const rl_cuda_knobs *k,
                     char *why, size_t why_cap);
 /* Grid barriers of one launch over n_layer layers (5 per layer, none after the last). */
 __host__ __device__ inline int rl_persist_barriers(int n_layer) { return 5 * n_layer - 1; }
+/* Words of the kernel's trace (rl_persist_launch). */
+inline size_t rl_persist_trace_words(int n_layer, int blocks) {
+    return (size_t)(2 * rl_persist_barriers(n_layer) + 2) * (size_t)blocks;
+}
 /* One token: lay is the device copy of the layers' arguments, bar the kernel's 64-bit barrier
  * counter (zero when allocated; only this backend's launches may touch it), trace NULL or
  * [2 * rl_persist_barriers + 2][plan->blocks] timestamps (ns): each block's start, arrival at

@@ -510,20 +510,14 @@ __device__ __forceinline__ mv_task mv_resolve(const rl_mv_args &a, int p, bool g
     return t;
 }
 
-/* A load of an activation. CG (the persistent kernel, whose phases read what other SMs wrote
- * earlier in the same launch): from L2 (__ldcg), since an SM's L1 is not coherent with other
- * SMs' stores. Otherwise a plain load: a kernel boundary makes L1 safe, and mv_stage's second
- * pass over x then hits L1 (__ldcg there cost the launch graph ~3%: docs/PERF.md v2.5). */
-template <bool CG> __device__ __forceinline__ float ld_act(const float *p) { return CG ? __ldcg(p) : *p; }
-
 /* Column col of an output: the cache row pos, or y + col * ys. */
 template <bool CG>
 __device__ __forceinline__ void mv_store(const rl_mv_args &a, const rl_mv_seg &sg, int r, float v, int pos, int col) {
     float *y = sg.y + (size_t)col * a.ys;
     if (sg.y16) sg.y16[(size_t)pos * sg.w.rows + r] = __half_as_ushort(__float2half_rn(v));
-    else if (a.mode == RL_MV_ADD) y[r] = ld_act<CG>(y + r) + v;
+    else if (a.mode == RL_MV_ADD) y[r] = rl_ld_cg<CG>(y + r) + v;
     else if (a.mode == RL_MV_GLU_MUL) {
-        const float g = ld_act<CG>(y + r);
+        const float g = rl_ld_cg<CG>(y + r);
         y[r] = g / (1.0f + expf(-g)) * v;
     }
     else y[r] = v;
@@ -550,7 +544,7 @@ __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float 
     for (int i0 = tid; i0 < n; i0 += B * nt) {
         float v[B];
 #pragma unroll
-        for (int u = 0; u < B; u++) v[u] = i0 + u * nt < n ? ld_act<CG>(x + i0 + u * nt) : 0.0f;
+        for (int u = 0; u < B; u++) v[u] = i0 + u * nt < n ? rl_ld_cg<CG>(x + i0 + u * nt) : 0.0f;
 #pragma unroll
         for (int u = 0; u < B; u++)
             if (i0 + u * nt < n) ss += (double)v[u] * (double)v[u];
@@ -582,7 +576,7 @@ __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, fl
 #pragma unroll
         for (int u = 0; u < B; u++) {
             const int i = i0 + u * nt;
-            v[u] = i < n ? ld_act<CG>(x + i) : 0.0f;
+            v[u] = i < n ? rl_ld_cg<CG>(x + i) : 0.0f;
             g[u] = w && i < n ? w[i] : 0.0f;
         }
 #pragma unroll

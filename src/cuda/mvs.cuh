@@ -73,7 +73,7 @@ template <int NV> __device__ __forceinline__ int swz(int P) { return P ^ ((P >> 
  * grid barrier that ends the previous phase); run() stages the input with the whole block
  * (every thread of the block must call it) and computes, issuing the stages that remain. The
  * caller must not touch the warp's ring between the two. CG: activations are read from L2
- * (ld_act; the persistent kernel). */
+ * (rl_ld_cg; the persistent kernel). */
 template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
     using TR = mvs_tr<T>;
     static constexpr int NV = TR::NV, D = TR::D;
