@@ -49,15 +49,12 @@ __host__ __device__ constexpr size_t mvs_ring_bytes(int T) {
 /* Shared memory before the rings: the staged input, rounded up to 16 bytes. */
 __host__ __device__ inline size_t mvs_x_bytes(int n, bool q8) { return (stage_bytes(n, q8) + 15) & ~(size_t)15; }
 
-__device__ __forceinline__ void cp16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src)
-                 : "memory");
+/* cp.async of 16 (L2 only) or 4 bytes to a shared-memory address. */
+__device__ __forceinline__ void cp16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp4(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)),
-                 "l"(src)
-                 : "memory");
+__device__ __forceinline__ void cp4(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() {
@@ -80,12 +77,31 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
     const rl_mv_args *a;
     uint8_t *ring;
     int nu, J, G, items, p0, total;
-    int ip, ij, k_issue; /* the copy cursor: stage k_issue is (item ip, step ij) */
-    mv_task ti;
+    /* The copy cursor: stage k_issue is step ij of item ip, into the slot at byte s_off of the
+     * ring (shared address rs); this lane's next source bytes in the item's two rows are gq
+     * (quants) and gs (scales), and left units of the rows remain from this step on. Advanced
+     * by additions: the loop issues one stage per computed stage, and recomputing the
+     * addresses from (item, step) cost more instructions than the copies themselves. */
+    uint32_t rs, s_off;
+    int ip, ij, k_issue, left;
+    const uint8_t *gq[2], *gs[2];
+
+    __device__ __forceinline__ void seek(int p) {
+        const int lane = threadIdx.x & 31;
+        const mv_task t = mv_resolve(*a, p, GLU);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            gq[i] = t.w[i] + 16 * lane;
+            gs[i] = TR::S ? t.s[i] + 4 * lane : nullptr;
+        }
+        left = nu;
+    }
 
     __device__ __forceinline__ void init(const rl_mv_args *args, uint8_t *ring_, int warp_id, int n_warps) {
         a = args;
         ring = ring_;
+        rs = (uint32_t)__cvta_generic_to_shared(ring_);
+        s_off = 0;
         nu = a->n / 32;
         J = (nu + 31) / 32;
         G = n_warps;
@@ -95,32 +111,33 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
         ip = p0;
         ij = 0;
         k_issue = 0;
-        if (total) ti = mv_resolve(*a, p0, GLU);
+        if (total) seek(p0);
     }
 
     __device__ __forceinline__ void issue() {
         const int lane = threadIdx.x & 31;
         if (k_issue < total) {
-            uint8_t *st = ring + (k_issue % D) * TR::STAGE;
-            const int c0 = 32 * ij;
+            const uint32_t st = rs + s_off;
 #pragma unroll
             for (int i = 0; i < 2; i++) {
-                uint8_t *ru = st + i * TR::ROW;
+                const uint32_t ru = st + i * TR::ROW;
 #pragma unroll
-                for (int q = 0; q < NV; q++) {
-                    const int P = 32 * q + lane; /* piece P is in unit c0 + P / NV */
-                    if (c0 + P / NV < nu) cp16(ru + 16 * swz<NV>(P), ti.w[i] + (size_t)c0 * 16 * NV + 16 * P);
+                for (int q = 0; q < NV; q++) { /* piece P = 32q + lane is in unit P / NV of the step */
+                    if ((32 * q + lane) / NV < left) cp16(ru + 16 * swz<NV>(32 * q + lane), gq[i] + 512 * q);
                 }
-                if (TR::S && lane < 16 && c0 + 2 * lane < nu)
-                    cp4(ru + TR::QB + 4 * lane, ti.s[i] + (size_t)(c0 + 2 * lane) * 2);
+                if (TR::S && lane < 16 && 2 * lane < left) cp4(ru + TR::QB + 4 * lane, gs[i]);
+                gq[i] += 512 * NV;
+                if (TR::S) gs[i] += 64;
             }
+            left -= 32;
             if (++ij == J) {
                 ij = 0;
                 ip += G;
-                if (ip < items) ti = mv_resolve(*a, ip, GLU);
+                if (ip < items) seek(ip);
             }
         }
         k_issue++;
+        s_off = s_off + TR::STAGE == D * TR::STAGE ? 0 : s_off + TR::STAGE;
         cp_commit(); /* an empty group past the end keeps the count uniform */
     }
 
