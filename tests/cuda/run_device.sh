@@ -191,6 +191,16 @@ if has s; then
             done
         done
         unset RL_CUDA_PERSIST
+        # the streamed matvec (mvs.cuh): rawloop-small's 320-wide rows never stream, so decode
+        # TinyLlama Q4_0 token by token too (no cuBLAS on this path: racecheck reports hazards
+        # inside cuBLAS's own GEMM kernels, docs/test-logs/cuda-2026-12-01b.md, call 6)
+        f="$M/tinyllama-1.1b-Q4_0.gguf"
+        [ -f "$f" ] || "$R" mkmodel --shape tinyllama-1.1b --type Q4_0 --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1
+        for tool in memcheck racecheck; do
+            timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 3 "$R" logits --device cuda --prefill exact -b 1 -m "$f" --ids "1 45 496" -o /tmp/ls.bin >"$OUT/sanitizer-$tool-streamed.txt" 2>&1
+            rc=$?
+            row "| tinyllama-1.1b Q4_0 | compute-sanitizer $tool, decode (streamed matvec) | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-streamed.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+        done
         # racecheck on race-free probes with the persistent kernel's barrier pattern: hazards
         # for NAMED 2/3 are the tool's (tests/cuda/racecheck_probe.cu)
         if [ -x "$B/racecheck_probe" ]; then
