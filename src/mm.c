@@ -90,7 +90,7 @@ static void f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
 
 /* Unpacked 32-value groups of each weight type (signed int8 where the type is symmetric).
  *
- * 32 four-bit codes of a Q4_0/Q5_0/Q5_1 block as unsigned 0..15: value j < 16 is the low nibble
+ * 32 four-bit codes of a Q4_0/Q4_1/Q5_0/Q5_1 block as unsigned 0..15: value j < 16 is the low nibble
  * of qs[j], value j + 16 the high nibble of qs[j]. */
 AINLINE __m256i nib_vals(const uint8_t *qs) {
     __m128i raw = _mm_loadu_si128((const __m128i *)qs);
@@ -198,6 +198,10 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         /* d*q - (-m) rounds as the reference's d*q + m does */
         for (size_t i = 0; i < len / 32; i++, b += 24)
             store_scaled(dst + 32 * i, q5_uvals(b, 4), _mm256_set1_ps(ld_h(b)), _mm256_set1_ps(-ld_h(b + 2)));
+        return;
+    case RL_Q4_1:
+        for (size_t i = 0; i < len / 32; i++, b += 20)
+            store_scaled(dst + 32 * i, nib_vals(b + 4), _mm256_set1_ps(ld_h(b)), _mm256_set1_ps(-ld_h(b + 2)));
         return;
     case RL_Q4_K:
     case RL_Q5_K: {
@@ -327,26 +331,26 @@ AINLINE __m256 ld_h8(const uint8_t *p, size_t stride) {
  * activation sums s = da * sum(qs):
  *   value = dw * (u - 8)   Q4_0:  dw*da*dot(u, a) - 8 * dw * s
  *   value = dw * (u - 16)  Q5_0:  dw*da*dot(u, a) - 16 * dw * s
- *   value = dw * u + m     Q5_1:  dw*da*dot(u, a) + m * s
+ *   value = dw * u + m     Q4_1, Q5_1:  dw*da*dot(u, a) + m * s
  * i.e. + K * coef * s with coef = dw (or m) and K = off_mul. The kernels take the format as a
  * constant, so each instantiation keeps only its own format's code. */
-enum { TQ_Q8_0, TQ_Q4_0, TQ_Q5_0, TQ_Q5_1 };
+enum { TQ_Q8_0, TQ_Q4_0, TQ_Q5_0, TQ_Q5_1, TQ_Q4_1 };
 
 AINLINE size_t tq_bs(const int f) {
-    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q5_0 ? 22 : 24;
+    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q5_0 ? 22 : f == TQ_Q4_1 ? 20 : 24;
 }
 
 AINLINE float tq_off_mul(const int f) {
     return f == TQ_Q4_0 ? -8.0f : f == TQ_Q5_0 ? -16.0f : 1.0f;
 }
 
-/* byte offset of the fp16 factor that multiplies s: dw itself, or Q5_1's m */
+/* byte offset of the fp16 factor that multiplies s: dw itself, or Q4_1's / Q5_1's m */
 AINLINE size_t tq_coef_at(const int f) {
-    return f == TQ_Q5_1 ? 2 : 0;
+    return f == TQ_Q5_1 || f == TQ_Q4_1 ? 2 : 0;
 }
 
 AINLINE __m256i tq_uvals(const uint8_t *blk, const int f) {
-    return f == TQ_Q4_0 ? nib_vals(blk + 2) : q5_uvals(blk, f == TQ_Q5_0 ? 2 : 4);
+    return f == TQ_Q4_0 ? nib_vals(blk + 2) : f == TQ_Q4_1 ? nib_vals(blk + 4) : q5_uvals(blk, f == TQ_Q5_0 ? 2 : 4);
 }
 
 /* One block of R rows x C columns. The caller supplies the per-(row, column) scale dw*da. */
@@ -780,6 +784,7 @@ static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
     case RL_Q4_0: rows_q(m, r0, r1, TQ_Q4_0); return;
     case RL_Q5_0: rows_q(m, r0, r1, TQ_Q5_0); return;
     case RL_Q5_1: rows_q(m, r0, r1, TQ_Q5_1); return;
+    case RL_Q4_1: rows_q(m, r0, r1, TQ_Q4_1); return;
     case RL_Q4_K: rows_k(m, r0, r1, RL_Q4_K); return;
     case RL_Q5_K: rows_k(m, r0, r1, RL_Q5_K); return;
     case RL_Q6_K: rows_k(m, r0, r1, RL_Q6_K); return;

@@ -140,10 +140,12 @@ static int bind_matrix(rl_model *m, rl_matrix *out, const char *name, size_t row
         return rl_fail(e, "%s: tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%zu, %zu]",
                        fname(m), name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
                        (unsigned long long)t->ne[2], (unsigned long long)t->ne[3], cols, rows);
-    if (!rl_type_computable(t->type))
+    if (!rl_type_computable(t->type)) {
+        char list[160];
+        rl_type_computable_names(list, sizeof list, ", ");
         return rl_fail(e, "%s: tensor '%s' has type %s (id %u), which rawloop cannot compute with "
-                       "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, RQ2)", fname(m), name,
-                       rl_type_name(t->type), t->type);
+                       "(supported: %s)", fname(m), name, rl_type_name(t->type), t->type, list);
+    }
     out->type = t->type;
     out->data = t->data;
     out->rows = rows;

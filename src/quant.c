@@ -217,6 +217,16 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n) {
             }
         }
         return;
+    case RL_Q4_1: /* [0,2) d  [2,4) m  [4,20) qs as Q4_0's; value d*q + m */
+        for (size_t i = 0; i < n / RL_QK; i++, b += 20) {
+            float d = ld_f16(b), m = ld_f16(b + 2);
+            float *y = dst + i * RL_QK;
+            for (size_t j = 0; j < RL_QK / 2; j++) {
+                y[j] = d * (float)(b[4 + j] & 0xF) + m;
+                y[j + RL_QK / 2] = d * (float)(b[4 + j] >> 4) + m;
+            }
+        }
+        return;
     case RL_Q5_0:
         for (size_t i = 0; i < n / RL_QK; i++, b += 22) {
             float d = ld_f16(b);
@@ -276,6 +286,26 @@ static void quant_q4_0(const float *x, uint8_t *b) {
         lo = lo > 15 ? 15 : lo;
         hi = hi > 15 ? 15 : hi;
         b[2 + j] = (uint8_t)(lo | (hi << 4));
+    }
+}
+
+/* Q4_1 as ggml's reference quantizer (and gguf.quants): d = (max - min) / 15, m = min, codes
+ * the truncation of (x - min) * id + 0.5, clamped to 15. */
+static void quant_q4_1(const float *x, uint8_t *b) {
+    float lo = x[0], hi = x[0];
+    for (size_t j = 1; j < RL_QK; j++) {
+        lo = fminf(lo, x[j]);
+        hi = fmaxf(hi, x[j]);
+    }
+    float d = (hi - lo) / 15;
+    float id = d != 0 ? 1.0f / d : 0.0f;
+    st_f16(b, d);
+    st_f16(b + 2, lo);
+    for (size_t j = 0; j < RL_QK / 2; j++) {
+        int q0 = (int)((x[j] - lo) * id + 0.5f), q1 = (int)((x[j + RL_QK / 2] - lo) * id + 0.5f);
+        q0 = q0 > 15 ? 15 : q0;
+        q1 = q1 > 15 ? 15 : q1;
+        b[4 + j] = (uint8_t)(q0 | (q1 << 4));
     }
 }
 
@@ -688,6 +718,9 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
     case RL_Q4_0:
         for (size_t i = 0; i < n / RL_QK; i++) quant_q4_0(src + i * RL_QK, b + i * 18);
         return;
+    case RL_Q4_1:
+        for (size_t i = 0; i < n / RL_QK; i++) quant_q4_1(src + i * RL_QK, b + i * 20);
+        return;
     case RL_Q5_0:
         for (size_t i = 0; i < n / RL_QK; i++) quant_q5(type, src + i * RL_QK, b + i * 22);
         return;
@@ -769,6 +802,14 @@ static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size
             for (size_t j = 0; j < RL_QK / 2; j++)
                 dot += ((w[2 + j] & 0xF) - 8) * a[i].qs[j] + ((w[2 + j] >> 4) - 8) * a[i].qs[j + 16];
             acc += ld_f16(w) * a[i].d * (float)dot;
+        }
+        return acc;
+    case RL_Q4_1: /* as Q5_1 below: the min folds in through s */
+        for (size_t i = 0; i < n / RL_QK; i++, w += 20) {
+            int dot = 0;
+            for (size_t j = 0; j < RL_QK / 2; j++) dot += (w[4 + j] & 0xF) * a[i].qs[j] + (w[4 + j] >> 4) * a[i].qs[j + 16];
+            acc += ld_f16(w) * a[i].d * (float)dot;
+            acc += ld_f16(w + 2) * a[i].s;
         }
         return acc;
     case RL_Q5_0:

@@ -12,7 +12,8 @@
  * numbers (the nearest "mostly" type); the _M ones are 15 and 17. */
 static const rl_ftype k_ftypes[] = {
     {"F32", RL_F32, false, 0},    {"F16", RL_F16, false, 1},    {"BF16", RL_BF16, false, 32},
-    {"Q8_0", RL_Q8_0, false, 7},  {"Q4_0", RL_Q4_0, false, 2},  {"Q5_0", RL_Q5_0, false, 8},
+    {"Q8_0", RL_Q8_0, false, 7},  {"Q4_0", RL_Q4_0, false, 2},  {"Q4_1", RL_Q4_1, false, 3},
+    {"Q5_0", RL_Q5_0, false, 8},
     {"Q5_1", RL_Q5_1, false, 9},  {"Q4_K", RL_Q4_K, false, 14}, {"Q5_K", RL_Q5_K, false, 16},
     {"Q6_K", RL_Q6_K, false, 18}, {"Q4_K_M", RL_Q4_K, true, 15}, {"Q5_K_M", RL_Q5_K, true, 17},
 };
@@ -145,17 +146,6 @@ void rl_recipe_free(rl_recipe_rules *r) {
     r->n = 0;
 }
 
-/* The known tensor type names, for messages. */
-static void type_list(char *buf, size_t cap) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; rl_type_computable_at(i) != UINT32_MAX && used < cap; i++) {
-        int k = snprintf(buf + used, cap - used, "%s%s", i ? " " : "", rl_type_name(rl_type_computable_at(i)));
-        if (k < 0) break;
-        used += (size_t)k;
-    }
-}
-
 static bool is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r'; }
 
 int rl_recipe_parse(rl_recipe_rules *r, const char *text, size_t len, const char *name, rl_err *e) {
@@ -204,7 +194,7 @@ int rl_recipe_parse(rl_recipe_rules *r, const char *text, size_t len, const char
         uint32_t t = fl[1] < 31 ? rl_type_from_name(tn) : UINT32_MAX;
         if (t == UINT32_MAX) {
             char known[256];
-            type_list(known, sizeof known);
+            rl_type_computable_names(known, sizeof known, " ");
             rl_fail(e, "%s:%zu: unknown tensor type '%.*s' (known: %s)", r->name, line,
                     (int)(fl[1] < 64 ? fl[1] : 64), f[1], known);
             goto fail;

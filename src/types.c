@@ -1,5 +1,6 @@
 #include "types.h"
 
+#include <stdio.h>
 #include <strings.h>
 
 /* Block geometry from ggml's ggml-common.h; NULL names mark ids ggml removed (4, 5, 31-33,
@@ -24,8 +25,8 @@ static const rl_type_info k_rawloop_types[RL_RAWLOOP_TYPE_END - RL_RAWLOOP_TYPE_
 };
 
 /* Every type the engine computes with, in the order usage text lists them. */
-static const uint32_t k_computable[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q5_0,
-                                        RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+static const uint32_t k_computable[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_1,
+                                        RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
 
 const rl_type_info *rl_type_get(uint32_t type) {
     if (type >= RL_RAWLOOP_TYPE_BASE && type < RL_RAWLOOP_TYPE_END)
@@ -61,6 +62,16 @@ uint32_t rl_type_from_name(const char *name) {
 
 uint32_t rl_type_computable_at(size_t i) {
     return i < sizeof k_computable / sizeof *k_computable ? k_computable[i] : UINT32_MAX;
+}
+
+void rl_type_computable_names(char *buf, size_t cap, const char *sep) {
+    size_t len = 0;
+    if (cap) buf[0] = 0;
+    for (size_t i = 0; i < sizeof k_computable / sizeof *k_computable && len < cap; i++) {
+        int w = snprintf(buf + len, cap - len, "%s%s", i ? sep : "", rl_type_name(k_computable[i]));
+        if (w < 0) break;
+        len += (size_t)w;
+    }
 }
 
 size_t rl_row_bytes(uint32_t type, size_t n) {

@@ -63,7 +63,7 @@ const char *rl_type_name(uint32_t type);
 /* F32, F16, BF16: weights that are always computed with fp32 activations. */
 bool rl_type_is_float(uint32_t type);
 
-/* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q5_1 Q4_K Q5_K Q6_K
+/* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
  * RQ2), on the CPU and the GPU. */
 bool rl_type_computable(uint32_t type);
 
@@ -75,6 +75,8 @@ bool rl_type_is_rawloop(uint32_t type);
 uint32_t rl_type_from_name(const char *name);
 /* The i-th computable type (for usage text and loops over all types); UINT32_MAX past the end. */
 uint32_t rl_type_computable_at(size_t i);
+/* Their names, separated by sep, into buf (for messages; truncated to cap - 1 bytes). */
+void rl_type_computable_names(char *buf, size_t cap, const char *sep);
 
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size or type unknown. */
 size_t rl_row_bytes(uint32_t type, size_t n);

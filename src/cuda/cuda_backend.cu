@@ -178,8 +178,8 @@ static int put_vec(rl_cuda *c, const float *src, size_t n, const float **dst, rl
 
 static int put_mat(rl_cuda *c, const rl_matrix *w, rl_dmat *d, const char *what, rl_err *e) {
     if (!rl_mv_type_ok(w->type) || w->cols % (w->type == RL_RQ2 ? 64 : 32)) /* a type the CPU gains is not run here silently */
-        return rl_fail(e, "CUDA: %s: type %s with %zu columns is not supported", what,
-                       rl_type_name(w->type), w->cols);
+        return rl_fail(e, "CUDA: %s: type %s with %zu columns is not supported on the GPU (--device cpu runs it)",
+                       what, rl_type_name(w->type), w->cols);
     size_t qb, sb;
     rl_dmat_sizes(w->type, w->rows, w->cols, w->row_bytes, &qb, &sb);
     d->type = w->type;

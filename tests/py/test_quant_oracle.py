@@ -1,7 +1,7 @@
 """Weight formats against the gguf Python package (the independent oracle).
 
 rawloop's reference dequantizer must reproduce gguf.quants.dequantize bit for bit on random
-blocks, and its Q8_0 / Q4_0 / Q5_0 / Q5_1 quantizers must produce the same bytes as gguf.quants.quantize.
+blocks, and its Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 quantizers must produce the same bytes as gguf.quants.quantize.
 build/test_quant has a tool mode (`dequant TYPE in out`, `quant TYPE in out`) that exposes the C
 functions to this test."""
 
@@ -17,7 +17,7 @@ from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 
 # byte offsets of the fp16 scales inside each block; the rest of a block is free-form bits
 SCALE_OFFSETS = {
-    "Q8_0": [0], "Q4_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+    "Q8_0": [0], "Q4_0": [0], "Q4_1": [0, 2], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
 }
 
 
@@ -41,7 +41,7 @@ def random_blocks(tname, nblocks, rng):
     return raw.tobytes()
 
 
-@pytest.mark.parametrize("tname", ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"])
+@pytest.mark.parametrize("tname", ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"])
 def test_dequant_matches_gguf(tname, tmp_path):
     rng = np.random.default_rng(1234 + len(tname))
     blck, size = GGML_QUANT_SIZES[T[tname]]
@@ -58,7 +58,7 @@ def test_dequant_matches_gguf(tname, tmp_path):
     assert bad.size == 0, f"{bad.size} values differ, first at {bad[0]}: {ours[~nan][bad[0]]} vs {ref[~nan][bad[0]]}"
 
 
-@pytest.mark.parametrize("tname", ["Q8_0", "Q4_0", "Q5_0", "Q5_1", "F16", "BF16"])
+@pytest.mark.parametrize("tname", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "F16", "BF16"])
 def test_quant_matches_gguf(tname, tmp_path):
     rng = np.random.default_rng(99)
     n = 32 * 8192
@@ -66,7 +66,7 @@ def test_quant_matches_gguf(tname, tmp_path):
     x[: n // 4] *= 1e-3                     # small magnitudes (fp16 scale rounding)
     x[n // 4: n // 2] *= 50.0               # large ones
     x[1024:1056] = 0.0                      # an all-zero block (d = 0 path)
-    x[2048:2080] = np.float32(0.25)          # ties in the arg-max / exact grid points (Q5_1: max == min)
+    x[2048:2080] = np.float32(0.25)          # ties in the arg-max / exact grid points (Q4_1 / Q5_1: max == min)
     x[4096:4128] = -np.arange(32, dtype=np.float32)
     x[4128:4160] = np.arange(32, dtype=np.float32) * 0.5 - 3   # both signs, ties at .5 steps
     x[8192:8224] = rng.standard_t(2, 32).astype(np.float32)    # one outlier dominates

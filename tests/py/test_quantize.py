@@ -47,7 +47,7 @@ def quantize(rawloop, src, dst, qtype, *extra):
 
 # ---- (a) byte identity ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0"])
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_0", "Q4_1"])
 def test_bytes_match_gguf_package(rawloop, tmp_path, qtype):
     out = tmp_path / f"draft-{qtype}.gguf"
     quantize(rawloop, F16, out, qtype)
@@ -269,7 +269,7 @@ def ppl(rawloop, model):
     return float(m.group(1))
 
 
-@pytest.mark.parametrize("qtype,tol", [("Q8_0", 0.005), ("Q4_K_M", 0.05), ("Q4_0", 0.10)])
+@pytest.mark.parametrize("qtype,tol", [("Q8_0", 0.005), ("Q4_K_M", 0.05), ("Q4_0", 0.10), ("Q4_1", 0.10)])
 def test_perplexity_of_quantized_draft(rawloop, tmp_path, qtype, tol):
     # On the draft every row is 128 or 352 values long, so no K block fits: Q4_K_M's Q4_K
     # tensors fall back to Q5_0 and its Q6_K ones (and the tied head) to Q8_0, as in llama.cpp

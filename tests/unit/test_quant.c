@@ -22,7 +22,7 @@
 #include <immintrin.h>
 #endif
 
-static const uint32_t k_types[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q5_0,
+static const uint32_t k_types[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0,
                                    RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
 #define NTYPES (sizeof k_types / sizeof k_types[0])
 
@@ -67,6 +67,7 @@ static void random_row(uint32_t type, uint8_t *w, size_t n) {
         case RL_BF16: { uint16_t h = rl_f32_to_bf16(rnd_gauss()); memcpy(b, &h, 2); break; }
         case RL_Q8_0: case RL_Q4_0: case RL_Q5_0: put_f16(b, sc); break;
         case RL_Q5_1: put_f16(b, sc * 0.5f); put_f16(b + 2, -8.0f * sc + 0.01f * rndf()); break;
+        case RL_Q4_1: put_f16(b, sc); put_f16(b + 2, -8.0f * sc + 0.01f * rndf()); break;
         case RL_Q4_K: case RL_Q5_K: put_f16(b, sc * 0.1f); put_f16(b + 2, sc * 0.1f); break;
         case RL_Q6_K: put_f16(b + 208, sc * 0.05f); break;
         case RL_RQ2: put_f16(b + 16, sc); put_f16(b + 18, -1.5f * sc + 0.01f * rndf()); break;
@@ -199,7 +200,7 @@ static void test_roundtrip(void) {
      * so that losing the search fails here. */
     const struct { uint32_t type; double tol; } cases[] = {
         {RL_F32, 0}, {RL_F16, 1e-3}, {RL_BF16, 5e-3}, {RL_Q8_0, 0.008}, {RL_Q6_K, 0.0175},
-        {RL_Q5_K, 0.045}, {RL_Q4_K, 0.09}, {RL_Q4_0, 0.12}, {RL_Q5_0, 0.05}, {RL_Q5_1, 0.045},
+        {RL_Q5_K, 0.045}, {RL_Q4_K, 0.09}, {RL_Q4_0, 0.12}, {RL_Q4_1, 0.09}, {RL_Q5_0, 0.05}, {RL_Q5_1, 0.045},
         {RL_RQ2, 0.33},
     };
     enum { N = 4096 };
@@ -449,7 +450,7 @@ static void test_packed(void) {
  * packed (Q4_0 / Q8_0). Catches an integer dot whose intermediate sums overflow (e.g. int16 sums
  * of more than two int8 products). */
 static void test_int_extremes(void) {
-    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q5_0, RL_Q5_1};
+    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1};
     enum { ROWS = 16, N = 512, S = 5 };
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         uint32_t type = types[t];
@@ -457,10 +458,11 @@ static void test_int_extremes(void) {
         uint8_t *w = malloc(rb * ROWS), *wp = malloc(rb * ROWS);
         static float x[N * S], y[ROWS * S], yr[ROWS * S];
         static rl_q8a xq[N / RL_QK * S];
-        memset(w, type == RL_Q8_0 ? 0x80 : type == RL_Q5_1 ? 0xFF : 0x00, rb * ROWS);
+        const bool offs = type == RL_Q5_1 || type == RL_Q4_1; /* d * q + m: all codes at their top */
+        memset(w, type == RL_Q8_0 ? 0x80 : offs ? 0xFF : 0x00, rb * ROWS);
         for (size_t b = 0; b < rb * ROWS / bs; b++) {
             put_f16(w + b * bs, 0.01f);
-            if (type == RL_Q5_1) put_f16(w + b * bs + 2, 0.02f);
+            if (offs) put_f16(w + b * bs + 2, 0.02f);
         }
         for (size_t i = 0; i < N * S; i++) x[i] = -1.0f;
         for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * N, xq + s * (N / RL_QK), N);
@@ -477,7 +479,7 @@ static void test_int_extremes(void) {
                 int bad = 0;
                 for (size_t i = 0; i < ROWS * Sc; i++) bad += fabsf(y[i] - yr[i]) > 1e-5f * fabsf(yr[i]);
                 /* every product is (negative weight) x (-1), Q5_1's (0.31 + 0.02) x (-1) */
-                CHECK(bad == 0 && (type == RL_Q5_1 ? yr[0] < 0 : yr[0] > 0), "%s extremes packed=%d S=%zu: %d results differ (%g vs %g)",
+                CHECK(bad == 0 && (offs ? yr[0] < 0 : yr[0] > 0), "%s extremes packed=%d S=%zu: %d results differ (%g vs %g)",
                       rl_type_name(type), packed, Sc, bad, y[0], yr[0]);
             }
         }
@@ -663,6 +665,72 @@ static void test_q5(void) {
         }
         CHECK(bad == 0, "%s exact reference matmul off the float64 dot on %d rows", rl_type_name(type), bad);
     }
+}
+
+/* ---- Q4_1 ---------------------------------------------------------------------------------- */
+
+/* A hand-made block against the layout written out here (ggml's block_q4_1, docs/FORMATS.md):
+ * [0,2) d, [2,4) m, then value j < 16 in the low nibble of qs[j], value j + 16 in its high
+ * nibble; value = d * q + m. Then on-grid values through the quantizer, and the two matmul
+ * paths against a float64 dot of the dequantized rows. */
+static void test_q4_1(void) {
+    CHECK(rl_type_get(RL_Q4_1)->size == 20 && rl_type_get(RL_Q4_1)->blck == 32 && rl_row_bytes(RL_Q4_1, 320) == 200 &&
+              rl_type_computable(RL_Q4_1) && rl_type_from_name("q4_1") == RL_Q4_1,
+          "Q4_1 geometry and name");
+    uint8_t blk[20] = {0};
+    int code[32];
+    for (int j = 0; j < 32; j++) {
+        code[j] = (5 * j + 3) % 16;
+        blk[4 + j % 16] |= (uint8_t)(code[j] << (j < 16 ? 0 : 4));
+    }
+    put_f16(blk, 0.25f);
+    put_f16(blk + 2, -1.5f);
+    float y[32], x[32];
+    rl_dequant_row(RL_Q4_1, blk, y, 32);
+    int bad = 0;
+    for (int j = 0; j < 32; j++) bad += y[j] != 0.25f * code[j] - 1.5f;
+    CHECK(bad == 0, "Q4_1 hand-made block decodes wrong at %d places", bad);
+    /* min -1.5 and max 0.25 * 15 - 1.5 fix d and m: every on-grid value comes back */
+    for (int j = 0; j < 32; j++) x[j] = y[j];
+    x[5] = -1.5f;
+    x[6] = 0.25f * 15 - 1.5f;
+    uint8_t q[20];
+    rl_quant_row(RL_Q4_1, x, q, 32);
+    rl_dequant_row(RL_Q4_1, q, y, 32);
+    bad = 0;
+    for (int j = 0; j < 32; j++) bad += y[j] != x[j];
+    CHECK(bad == 0, "Q4_1 on-grid values off at %d places after a round trip", bad);
+
+    /* the fast path's reference (8-bit activations) and the exact one against a float64 dot of
+     * the dequantized rows times the dequantized activations; the fast path's min term uses
+     * s = d_x * sum(q_x), so it is exact up to float rounding too */
+    enum { R = 5, N = 320 };
+    size_t rb = rl_row_bytes(RL_Q4_1, N);
+    static uint8_t wq[R * 200];
+    static float xa[N], xd[N], wr[N], ye[R], yf[R];
+    static rl_q8a xq[N / RL_QK];
+    for (size_t r = 0; r < R; r++) random_row(RL_Q4_1, wq + r * rb, N);
+    for (size_t i = 0; i < N; i++) xa[i] = rnd_gauss();
+    rl_q8a_quant_row(xa, xq, N);
+    for (size_t i = 0; i < N; i++) xd[i] = xq[i / RL_QK].d * xq[i / RL_QK].qs[i % RL_QK];
+    rl_mm m = {.type = RL_Q4_1, .w = wq, .row_bytes = rb, .n = N, .S = 1, .x = xa, .y = ye, .ys = R};
+    rl_mm_rows_ref(&m, 0, R);
+    m.xq = xq;
+    m.y = yf;
+    rl_mm_rows_ref(&m, 0, R);
+    int bad_e = 0, bad_f = 0;
+    for (size_t r = 0; r < R; r++) {
+        rl_dequant_row(RL_Q4_1, wq + r * rb, wr, N);
+        double de = 0, df = 0, mag = 0;
+        for (size_t i = 0; i < N; i++) {
+            de += (double)wr[i] * xa[i];
+            df += (double)wr[i] * xd[i];
+            mag += fabs((double)wr[i] * xa[i]);
+        }
+        bad_e += fabs(ye[r] - de) > 1e-6 * mag;
+        bad_f += fabs(yf[r] - df) > 1e-5 * mag;
+    }
+    CHECK(bad_e == 0 && bad_f == 0, "Q4_1 reference matmul off the float64 dot: exact %d, fast %d rows", bad_e, bad_f);
 }
 
 #if defined(__aarch64__)
@@ -881,6 +949,7 @@ int main(int argc, char **argv) {
     test_int_extremes();
     test_rq2();
     test_q5();
+    test_q4_1();
     test_weighted();
 #if defined(__aarch64__)
     test_onehot_arm64();

@@ -158,7 +158,7 @@ static void test_table(void) {
     CHECK(rl_ftype_find("") == NULL, "empty name");
     /* llama_ftype numbers readers use to label the file */
     static const struct { const char *n; uint32_t v; } ft[] = {
-        {"F32", 0}, {"F16", 1}, {"Q4_0", 2}, {"Q8_0", 7}, {"Q5_0", 8}, {"Q5_1", 9},
+        {"F32", 0}, {"F16", 1}, {"Q4_0", 2}, {"Q4_1", 3}, {"Q8_0", 7}, {"Q5_0", 8}, {"Q5_1", 9},
         {"Q4_K", 14}, {"Q4_K_M", 15},
         {"Q5_K", 16}, {"Q5_K_M", 17}, {"Q6_K", 18}, {"BF16", 32}};
     for (size_t i = 0; i < sizeof ft / sizeof *ft; i++) {
