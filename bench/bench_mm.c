@@ -126,7 +126,7 @@ static void fill(uint32_t type, mat *mt) {
         uint16_t h = rl_f32_to_f16(0.01f);
         if (type == RL_F16) h = rl_f32_to_f16((float)(rnd() % 1000) * 1e-3f - 0.5f);
         memcpy(w + b * ti->size + off, &h, 2);
-        if (type == RL_Q4_K) memcpy(w + b * ti->size + 2, &h, 2);
+        if (type == RL_Q4_K || type == RL_Q4_1 || type == RL_Q5_1) memcpy(w + b * ti->size + 2, &h, 2); /* dmin / m */
     }
     mt->w = w;
     mt->row_bytes = rl_row_bytes(type, mt->n);
@@ -260,7 +260,7 @@ int main(int argc, char **argv) {
     /* optional filter: build/bench_mm SECS TYPE[x8] runs one case (e.g. Q4_0x8) and no stream probe */
     const char *only = argc > 2 ? argv[2] : NULL;
     if (!only) bench_stream();
-    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_Q4_K, RL_Q6_K, RL_F16};
+    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q6_K, RL_F16};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         for (int pk = 0; pk < 2; pk++) {
             if (pk && !rl_pack_supported(types[i], 2048, 2048)) continue;

@@ -18,6 +18,7 @@
 #include "quant.h"
 #include "mm_avx512.h"
 #include "mm_neon.h"
+#include "mm_x86.h"
 
 #include <string.h>
 
@@ -88,36 +89,14 @@ static void f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
 
 /* ---- exact path: SIMD dequantization of a chunk ------------------------------------------ */
 
-/* Unpacked 32-value groups of each weight type (signed int8 where the type is symmetric).
- *
- * 32 four-bit codes of a Q4_0/Q4_1/Q5_0/Q5_1 block as unsigned 0..15: value j < 16 is the low nibble
- * of qs[j], value j + 16 the high nibble of qs[j]. */
-AINLINE __m256i nib_vals(const uint8_t *qs) {
-    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0xF));
-}
-
+/* Unpacked 32-value groups of each weight type (signed int8 where the type is symmetric);
+ * nib_vals and q5_uvals are in mm_x86.h. */
 AINLINE __m256i q4_0_vals(const uint8_t *b) {
     return _mm256_sub_epi8(nib_vals(b + 2), _mm256_set1_epi8(8));
 }
 
 AINLINE __m256i q8_0_vals(const uint8_t *b) {
     return _mm256_loadu_si256((const __m256i *)(b + 2));
-}
-
-/* Q5_0 / Q5_1 codes 0..31 (qh at b + qh_off, nibbles after it): bit j of the 32-bit qh is value
- * j's fifth bit, so byte j of a register gets qh byte j/8 (one in-lane shuffle of the broadcast
- * word) and tests bit j%8. */
-AINLINE __m256i q5_uvals(const uint8_t *b, size_t qh_off) {
-    uint32_t qh;
-    memcpy(&qh, b + qh_off, sizeof qh);
-    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);
-    h = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(16));
-    return _mm256_or_si256(nib_vals(b + qh_off + 4), h);
 }
 
 /* Q4_K / Q5_K sub-block j (values 0..15 or 0..31) */

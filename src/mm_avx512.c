@@ -5,10 +5,12 @@
  *
  * Integer dots: dp() sums 4 unsigned x signed byte products into each int32 lane (vpdpbusd, or
  * maddubs + madd without VNNI). Signed weights (Q8_0, Q6_K) move their sign onto the activation
- * (AVX-512 has no vpsignb: a masked subtract from zero does it); Q4_0 keeps its nibbles unsigned
- * and subtracts 8 * sum(activation) in integers, as the AVX2 kernels do.
+ * (AVX-512 has no vpsignb: a masked subtract from zero does it); Q4_0 / Q5_0 keep their codes
+ * unsigned and subtract 8 (16) * sum(activation) in integers, and Q4_1 / Q5_1 add m * s per
+ * block, as the AVX2 kernels do.
  *
- * Row-major Q4_0 / Q8_0 and the K-quants put two 32-value blocks (groups) in one register:
+ * Row-major 32-value formats (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1) and the K-quants put two blocks
+ * (groups) in one register:
  * lanes 0-7 hold the first block's 8 partial dots, lanes 8-15 the second's.
  *
  * Row-interleaved (x8) Q4_0 / Q8_0: one 64-byte load holds quant chunks k and k+1 (4 bytes of
@@ -21,6 +23,7 @@
  * multiply and, for the K-quant mins, one subtract; no fused multiply-add) so the dequantized
  * values are bit-identical to rl_dequant_row; only the fp32 dot order differs. */
 #include "mm_avx512.h"
+#include "mm_x86.h"
 
 #ifdef RL_MM_AVX512
 
@@ -102,15 +105,24 @@ void rl_avx512_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
 
 /* ---- unpacked weight values -------------------------------------------------------------- */
 
-/* Q4_0 block: nibbles as unsigned 0..15, values 0-15 (low nibbles) then 16-31 (high). */
-AINLINE __m256i q4_0_uvals(const uint8_t *b) {
-    __m128i raw = _mm_loadu_si128((const __m128i *)(b + 2));
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
-    return _mm256_and_si256(v, _mm256_set1_epi8(0xF));
-}
-
 AINLINE __m256i q8_0_vals(const uint8_t *b) {
     return ld256(b + 2);
+}
+
+/* The row-major 32-value formats of the fast path's tiles, and each one's block size, codes,
+ * and how its offset enters (as in mm.c's AVX2 tiles): Q8_0 signed; Q4_0 / Q5_0 unsigned
+ * codes with -8 / -16 subtracted in integers (1 / 2 x sum8); Q4_1 / Q5_1 unsigned codes plus
+ * the block's min m times the activation sum s (rl_q8a.s), a float term. */
+enum { TQ_Q8_0, TQ_Q4_0, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1 };
+
+AINLINE size_t tq_bs(const int f) {
+    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q4_1 ? 20 : f == TQ_Q5_0 ? 22 : 24;
+}
+
+/* codes of the block at b: Q8_0 signed, the others unsigned */
+AINLINE __m256i tq_vals(const uint8_t *b, const int f) {
+    return f == TQ_Q8_0 ? q8_0_vals(b) : f == TQ_Q4_0 ? nib_vals(b + 2) : f == TQ_Q4_1 ? nib_vals(b + 4)
+                                       : q5_uvals(b, f == TQ_Q5_0 ? 2 : 4);
 }
 
 /* Q4_K / Q5_K groups 2i and 2i+1 (values 0..15 / 0..31), bytes 0-31 and 32-63. Both come from
@@ -188,13 +200,22 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         }
         return;
     case RL_Q8_0:
-    case RL_Q4_0: {
-        size_t bs = type == RL_Q8_0 ? 34 : 18;
+    case RL_Q4_0:
+    case RL_Q4_1:
+    case RL_Q5_0:
+    case RL_Q5_1: {
+        /* Q4_0 / Q5_0 as d * (q - z); Q4_1 / Q5_1 as d * q - (-m), which rounds as the
+         * reference's d * q + m */
+        const int f = type == RL_Q8_0 ? TQ_Q8_0 : type == RL_Q4_0 ? TQ_Q4_0 : type == RL_Q4_1 ? TQ_Q4_1
+                    : type == RL_Q5_0 ? TQ_Q5_0 : TQ_Q5_1;
+        const size_t bs = tq_bs(f);
+        const bool min = f == TQ_Q4_1 || f == TQ_Q5_1;
         for (size_t i = 0; i < len / RL_QK; i++, b += bs) {
-            __m256i q = type == RL_Q8_0 ? q8_0_vals(b) : _mm256_sub_epi8(q4_0_uvals(b), _mm256_set1_epi8(8));
-            float d = ld_h(b);
-            store16(dst + 32 * i, _mm256_castsi256_si128(q), d, 0, 0);
-            store16(dst + 32 * i + 16, _mm256_extracti128_si256(q, 1), d, 0, 0);
+            __m256i q = tq_vals(b, f);
+            if (f == TQ_Q4_0 || f == TQ_Q5_0) q = _mm256_sub_epi8(q, _mm256_set1_epi8(f == TQ_Q4_0 ? 8 : 16));
+            const float d = ld_h(b), mn = min ? -ld_h(b + 2) : 0.0f;
+            store16(dst + 32 * i, _mm256_castsi256_si128(q), d, mn, min);
+            store16(dst + 32 * i + 16, _mm256_extracti128_si256(q, 1), d, mn, min);
         }
         return;
     }
@@ -295,44 +316,54 @@ static void exact_rows(const rl_mm *m, size_t r0, size_t r1) {
     }
 }
 
-/* ---- fast path: row-major Q8_0 / Q4_0 tiles ------------------------------------------------ */
+/* ---- fast path: row-major tiles of the 32-value formats ---------------------------------- */
 
 /* Blocks b and b+1 (two = 0: block b alone, the upper lanes all zero) of R rows x C columns.
  * Each weight pair is unpacked once for the C columns, each activation pair loaded once for
- * the R rows. Q4_0's -8 is subtracted as sum8 = 8 * sum(activation) from the first lane of each
- * block, so every block's integer dot is exact before its scale dw * da applies. */
+ * the R rows. Q4_0's -8 (Q5_0's -16) is subtracted as sum8 = 8 * sum(activation) (twice that)
+ * from the first lane of each block, so every block's integer dot is exact before its scale
+ * dw * da applies; Q4_1's / Q5_1's m * s is added in the block's first lane. */
 AINLINE void pair_q(const uint8_t *const *w, const rl_q8a *const *a, size_t b, __m512 acc[4][4], const int R,
-                    const int C, const int q4, const int two) {
-    const size_t bs = q4 ? 18 : 34;
+                    const int C, const int f, const int two) {
+    const size_t bs = tq_bs(f);
+    const bool sub = f == TQ_Q4_0 || f == TQ_Q5_0, min = f == TQ_Q4_1 || f == TQ_Q5_1;
     const __m512i zero = _mm512_setzero_si512();
     __m512i wq[4], wa[4];
-    __m512 dw[4];
+    __m512 dw[4], mw[4];
     RL_UNROLL
     for (int k = 0; k < R; k++) {
         const uint8_t *blk = w[k] + b * bs;
-        __m256i lo = q4 ? q4_0_uvals(blk) : q8_0_vals(blk);
-        __m256i hi = !two ? _mm256_setzero_si256() : q4 ? q4_0_uvals(blk + bs) : q8_0_vals(blk + bs);
+        __m256i lo = tq_vals(blk, f);
+        __m256i hi = !two ? _mm256_setzero_si256() : tq_vals(blk + bs, f);
         wq[k] = join(lo, hi);
-        wa[k] = q4 ? wq[k] : _mm512_abs_epi8(wq[k]);
+        wa[k] = f != TQ_Q8_0 ? wq[k] : _mm512_abs_epi8(wq[k]);
         dw[k] = two ? join_ps(ld_h(blk), ld_h(blk + bs)) : _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(ld_h(blk)));
+        if (min) mw[k] = _mm512_maskz_mov_ps(two ? 0x0101 : 0x0001, two ? join_ps(ld_h(blk + 2), ld_h(blk + bs + 2)) : _mm512_set1_ps(ld_h(blk + 2)));
     }
     RL_UNROLL
     for (int c = 0; c < C; c++) {
         const rl_q8a *ab = a[c] + b;
         __m512i aq = join(ld256(ab[0].qs), two ? ld256(ab[1].qs) : _mm256_setzero_si256());
         __m512 da = two ? join_ps(ab[0].d, ab[1].d) : _mm512_maskz_mov_ps(0x00FF, _mm512_set1_ps(ab[0].d));
-        __m512i corr = _mm512_maskz_set1_epi32(0x0001, ab[0].sum8);
-        if (two) corr = _mm512_mask_set1_epi32(corr, 0x0100, ab[1].sum8);
+        __m512i corr = zero;
+        __m512 sa = _mm512_setzero_ps();
+        if (sub) {
+            const int z = f == TQ_Q4_0 ? 1 : 2;
+            corr = _mm512_maskz_set1_epi32(0x0001, z * ab[0].sum8);
+            if (two) corr = _mm512_mask_set1_epi32(corr, 0x0100, z * ab[1].sum8);
+        }
+        if (min) sa = two ? join_ps(ab[0].s, ab[1].s) : _mm512_set1_ps(ab[0].s);
         RL_UNROLL
         for (int k = 0; k < R; k++) {
-            __m512i d = q4 ? _mm512_sub_epi32(dp(zero, wq[k], aq), corr) : dp(zero, wa[k], sign_by(aq, wq[k]));
+            __m512i d = f != TQ_Q8_0 ? _mm512_sub_epi32(dp(zero, wq[k], aq), corr) : dp(zero, wa[k], sign_by(aq, wq[k]));
             acc[k][c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(dw[k], da), acc[k][c]);
+            if (min) acc[k][c] = _mm512_fmadd_ps(mw[k], sa, acc[k][c]);
         }
     }
 }
 
-/* R rows starting at r times C columns starting at s; q4 selects the weight format. */
-AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C, const int q4) {
+/* R rows starting at r times C columns starting at s; f selects the weight format. */
+AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C, const int f) {
     const size_t nb = m->n / RL_QK;
     const uint8_t *w[4];
     const rl_q8a *a[4];
@@ -347,8 +378,8 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
         for (int c = 0; c < C; c++) acc[k][c] = _mm512_setzero_ps();
     }
     size_t b = 0;
-    for (; b + 2 <= nb; b += 2) pair_q(w, a, b, acc, R, C, q4, 1);
-    if (b < nb) pair_q(w, a, b, acc, R, C, q4, 0);
+    for (; b + 2 <= nb; b += 2) pair_q(w, a, b, acc, R, C, f, 1);
+    if (b < nb) pair_q(w, a, b, acc, R, C, f, 0);
     RL_UNROLL
     for (int k = 0; k < R; k++) {
         RL_UNROLL
@@ -362,22 +393,22 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
 #define TR 4
 #define TC 3
 
-AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int q4) {
+AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int f) {
     size_t r = r0;
     if (m->S == 1) {
-        for (; r + TR1 <= r1; r += TR1) tile_q(m, r, 0, TR1, 1, q4);
-        for (; r < r1; r++) tile_q(m, r, 0, 1, 1, q4);
+        for (; r + TR1 <= r1; r += TR1) tile_q(m, r, 0, TR1, 1, f);
+        for (; r < r1; r++) tile_q(m, r, 0, 1, 1, f);
         return;
     }
     for (; r + TR <= r1; r += TR) {
         size_t s = 0;
-        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, TR, TC, q4);
-        for (; s < m->S; s++) tile_q(m, r, s, TR, 1, q4);
+        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, TR, TC, f);
+        for (; s < m->S; s++) tile_q(m, r, s, TR, 1, f);
     }
     for (; r < r1; r++) {
         size_t s = 0;
-        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, 1, TC, q4);
-        for (; s < m->S; s++) tile_q(m, r, s, 1, 1, q4);
+        for (; s + TC <= m->S; s += TC) tile_q(m, r, s, 1, TC, f);
+        for (; s < m->S; s++) tile_q(m, r, s, 1, 1, f);
     }
 }
 
@@ -603,8 +634,11 @@ void rl_avx512_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
         }
     }
     switch (m->type) {
-    case RL_Q8_0: rows_q(m, r0, r1, 0); return;
-    case RL_Q4_0: rows_q(m, r0, r1, 1); return;
+    case RL_Q8_0: rows_q(m, r0, r1, TQ_Q8_0); return;
+    case RL_Q4_0: rows_q(m, r0, r1, TQ_Q4_0); return;
+    case RL_Q4_1: rows_q(m, r0, r1, TQ_Q4_1); return;
+    case RL_Q5_0: rows_q(m, r0, r1, TQ_Q5_0); return;
+    case RL_Q5_1: rows_q(m, r0, r1, TQ_Q5_1); return;
     case RL_Q4_K: rows_k(m, r0, r1, RL_Q4_K); return;
     case RL_Q5_K: rows_k(m, r0, r1, RL_Q5_K); return;
     case RL_Q6_K: rows_k(m, r0, r1, RL_Q6_K); return;

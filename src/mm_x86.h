@@ -1,0 +1,34 @@
+/* 256-bit unpacking of the 32-value block formats, shared by the AVX2 kernels (mm.c) and the
+ * AVX-512 ones (mm_avx512.c, whose builds include AVX2). Header-only, for those two files. */
+#ifndef RL_MM_X86_H
+#define RL_MM_X86_H
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+/* 32 four-bit codes of a Q4_0/Q4_1/Q5_0/Q5_1 block as unsigned 0..15: value j < 16 is the low
+ * nibble of qs[j], value j + 16 the high nibble of qs[j]. */
+static inline __attribute__((always_inline)) __m256i nib_vals(const uint8_t *qs) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(raw, 4), raw);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0xF));
+}
+
+/* Q5_0 / Q5_1 codes 0..31 (qh at b + qh_off, nibbles after it): bit j of the 32-bit qh is value
+ * j's fifth bit, so byte j of a register gets qh byte j/8 (one in-lane shuffle of the broadcast
+ * word) and tests bit j%8. */
+static inline __attribute__((always_inline)) __m256i q5_uvals(const uint8_t *b, size_t qh_off) {
+    uint32_t qh;
+    memcpy(&qh, b + qh_off, sizeof qh);
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);
+    h = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(16));
+    return _mm256_or_si256(nib_vals(b + qh_off + 4), h);
+}
+
+#endif
+#endif
