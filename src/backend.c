@@ -35,12 +35,30 @@ int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_
                    "use --device cpu");
 }
 bool rl_cuda_device_present(void) { return false; }
+bool rl_cuda_runs_type(uint32_t type) { return false; }
 #endif
+
+/* The first matrix type of m the GPU has no kernels for, or UINT32_MAX. */
+static uint32_t gpu_missing_type(const rl_model *m) {
+    if (!rl_cuda_runs_type(m->tok_embd.type)) return m->tok_embd.type;
+    if (!rl_cuda_runs_type(m->output.type)) return m->output.type;
+    for (size_t l = 0; l < m->cfg.n_layer; l++) {
+        const rl_layer *L = &m->layers[l];
+        const rl_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof w / sizeof *w; i++)
+            if (!rl_cuda_runs_type(w[i]->type)) return w[i]->type;
+    }
+    return UINT32_MAX;
+}
 
 int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e) {
     memset(b, 0, sizeof *b);
     enum rl_device d = o->device;
-    if (d == RL_DEVICE_AUTO) d = rl_cuda_device_present() ? RL_DEVICE_CUDA : RL_DEVICE_CPU;
+    uint32_t missing = UINT32_MAX;
+    if (d == RL_DEVICE_AUTO) {
+        d = rl_cuda_device_present() ? RL_DEVICE_CUDA : RL_DEVICE_CPU;
+        if (d == RL_DEVICE_CUDA && (missing = gpu_missing_type(m)) != UINT32_MAX) d = RL_DEVICE_CPU;
+    }
     if (d == RL_DEVICE_CUDA) return rl_cuda_open(b, m, o, e);
     if (o->prefill == RL_PREFILL_FAST)
         return rl_fail(e, "--prefill fast is GPU-only: the CPU's prompts already run in batches "
@@ -58,7 +76,11 @@ int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, 
     b->numerics = o->exact ? "exact fp32 activations"
                   : rl_type_is_float(m->main_type) ? "fp32 activations (float weights)"
                                                    : "8-bit activations for quantized weights";
-    snprintf(b->name, sizeof b->name, "cpu-%s", rl_simd_name());
+    if (missing != UINT32_MAX) /* said wherever the backend is named (run, bench, perplexity) */
+        snprintf(b->name, sizeof b->name, "cpu-%s (auto: the GPU has no %s kernels)", rl_simd_name(),
+                 rl_type_name(missing));
+    else
+        snprintf(b->name, sizeof b->name, "cpu-%s", rl_simd_name());
     snprintf(b->prefill, sizeof b->prefill, "exact: batches of up to %zu tokens, bit-identical "
              "to decoding them one at a time", rl_cpu_max_batch(c));
     return 0;

@@ -64,7 +64,7 @@ const char *rl_type_name(uint32_t type);
 bool rl_type_is_float(uint32_t type);
 
 /* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
- * RQ2), on the CPU and the GPU. */
+ * RQ2) on the CPU; the GPU runs all but Q4_1 (rl_cuda_runs_type, src/backend.h). */
 bool rl_type_computable(uint32_t type);
 
 /* True for ids in rawloop's reserved range [RL_RAWLOOP_TYPE_BASE, RL_RAWLOOP_TYPE_LIMIT),

@@ -857,6 +857,8 @@ out:
 static const rl_backend_ops k_cuda_ops = {cuda_free,    cuda_n_ctx,   cuda_kv_read,     cuda_forward,
                                           cuda_ceiling, cuda_profile, cuda_profile_rows};
 
+extern "C" bool rl_cuda_runs_type(uint32_t type) { return rl_mv_type_ok(type); }
+
 extern "C" bool rl_cuda_device_present(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {
