@@ -83,16 +83,22 @@ void rl_neon_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
 
 /* ---- unpacked weight values (16 at a time) ----------------------------------------------- */
 
-/* The 32-value block formats. Q4_0: [0,2) d [2,18) nibbles.  Q5_0: [0,2) d [2,6) qh [6,22)
- * nibbles.  Q5_1: [0,2) d [2,4) m [4,8) qh [8,24) nibbles.  Q8_0: [0,2) d [2,34) int8. */
-enum { TQ_Q8_0, TQ_Q4_0, TQ_Q5_0, TQ_Q5_1 };
+/* The 32-value block formats. Q4_0: [0,2) d [2,18) nibbles.  Q4_1: [0,2) d [2,4) m [4,20)
+ * nibbles.  Q5_0: [0,2) d [2,6) qh [6,22) nibbles.  Q5_1: [0,2) d [2,4) m [4,8) qh [8,24)
+ * nibbles.  Q8_0: [0,2) d [2,34) int8. */
+enum { TQ_Q8_0, TQ_Q4_0, TQ_Q5_0, TQ_Q5_1, TQ_Q4_1 };
 
 AINLINE size_t tq_bs(const int f) {
-    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q5_0 ? 22 : 24;
+    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q5_0 ? 22 : f == TQ_Q4_1 ? 20 : 24;
 }
 
-/* Block values as int8: Q8_0 as stored, Q4_0 code - 8, Q5_0 code - 16, Q5_1 the code 0..31
- * (its d*q + m has no offset to fold in). Nibble codes: value j < 16 is the low nibble of byte
+/* the formats whose value is d*q + m: the min m times the activation sum s is added per block */
+AINLINE bool tq_min(const int f) {
+    return f == TQ_Q5_1 || f == TQ_Q4_1;
+}
+
+/* Block values as int8: Q8_0 as stored, Q4_0 code - 8, Q5_0 code - 16, Q4_1 / Q5_1 the code
+ * 0..15 / 0..31 (their d*q + m has no offset to fold in). Nibble codes: value j < 16 is the low nibble of byte
  * j, value j + 16 its high nibble; Q5's fifth bit of value j is bit j of the little-endian
  * 32-bit qh, i.e. bit j % 8 of qh byte j / 8, which each register lane tests on a broadcast. */
 AINLINE void tq_vals(const uint8_t *b, int8x16_t v[2], const int f) {
@@ -101,9 +107,9 @@ AINLINE void tq_vals(const uint8_t *b, int8x16_t v[2], const int f) {
         v[1] = vld1q_s8((const int8_t *)(b + 18));
         return;
     }
-    const size_t qs_at = f == TQ_Q4_0 ? 2 : f == TQ_Q5_0 ? 6 : 8;
+    const size_t qs_at = f == TQ_Q4_0 ? 2 : f == TQ_Q4_1 ? 4 : f == TQ_Q5_0 ? 6 : 8;
     uint8x16_t raw = vld1q_u8(b + qs_at), u[2] = {vandq_u8(raw, vdupq_n_u8(0xF)), vshrq_n_u8(raw, 4)};
-    if (f != TQ_Q4_0) {
+    if (f == TQ_Q5_0 || f == TQ_Q5_1) {
         const uint8_t *qh = b + qs_at - 4;
         const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
         RL_UNROLL
@@ -171,14 +177,14 @@ static void scale_min_k4(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
     }
 }
 
-/* len values (a multiple of 32) of a 32-value block format. Q5_1's d*q - (-m) rounds as the
+/* len values (a multiple of 32) of a 32-value block format. Q4_1's / Q5_1's d*q - (-m) rounds as the
  * reference's d*q + m does (x - (-y) is x + y for every x, y, signed zeros included). */
 AINLINE void dequant_q(const uint8_t *b, float *dst, size_t len, const int f) {
     const size_t bs = tq_bs(f);
     int8x16_t v[2];
     for (size_t i = 0; i < len / RL_QK; i++, b += bs) {
         tq_vals(b, v, f);
-        float d = ld_h(b), mn = f == TQ_Q5_1 ? -ld_h(b + 2) : 0;
+        float d = ld_h(b), mn = tq_min(f) ? -ld_h(b + 2) : 0;
         store16(dst + 32 * i, v[0], d, mn);
         store16(dst + 32 * i + 16, v[1], d, mn);
     }
@@ -206,6 +212,7 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
     case RL_Q4_0: dequant_q(b, dst, len, TQ_Q4_0); return;
     case RL_Q5_0: dequant_q(b, dst, len, TQ_Q5_0); return;
     case RL_Q5_1: dequant_q(b, dst, len, TQ_Q5_1); return;
+    case RL_Q4_1: dequant_q(b, dst, len, TQ_Q4_1); return;
     case RL_Q4_K:
     case RL_Q5_K: {
         float d = ld_h(b), dmin = ld_h(b + 2);
@@ -298,7 +305,7 @@ static void exact_rows(const rl_mm *m, size_t r0, size_t r1) {
 /* R rows starting at r times C columns starting at s, weight format f: each weight block is
  * unpacked once per tile, each activation block loaded once per tile; per (row, column) the
  * block's int32 lanes are converted and scaled by dw*da into a float accumulator (one
- * horizontal sum at the end). Q5_1's m * s terms collect per column in off[c], lane k = row k. */
+ * horizontal sum at the end). Q4_1's / Q5_1's m * s terms collect per column in off[c], lane k = row k. */
 AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C, const int f) {
     const size_t bs = tq_bs(f), nb = m->n / RL_QK;
     const uint8_t *w[4];
@@ -325,7 +332,7 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
             const uint8_t *blk = w[k] + b * bs;
             tq_vals(blk, wq[k], f);
             dw[k] = ld_h(blk);
-            if (f == TQ_Q5_1) mw[k] = ld_h(blk + 2);
+            if (tq_min(f)) mw[k] = ld_h(blk + 2);
         }
         RL_UNROLL
         for (int c = 0; c < C; c++) {
@@ -336,7 +343,7 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
                 int32x4_t d = dot16(dot16(vdupq_n_s32(0), wq[k][0], a0), wq[k][1], a1);
                 acc[k][c] = vfmaq_n_f32(acc[k][c], vcvtq_f32_s32(d), dw[k] * ab->d);
             }
-            if (f == TQ_Q5_1) off[c] = vfmaq_n_f32(off[c], vld1q_f32(mw), ab->s);
+            if (tq_min(f)) off[c] = vfmaq_n_f32(off[c], vld1q_f32(mw), ab->s);
         }
     }
     RL_UNROLL
@@ -346,7 +353,7 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
         RL_UNROLL
         for (int k = 0; k < R; k++) {
             float v = vaddvq_f32(acc[k][c]);
-            if (f == TQ_Q5_1) v += o[k];
+            if (tq_min(f)) v += o[k];
             put(m, s + (size_t)c, r + (size_t)k, v, m->accumulate);
         }
     }
@@ -591,6 +598,7 @@ void rl_neon_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
     case RL_Q4_0: rows_q(m, r0, r1, TQ_Q4_0); return;
     case RL_Q5_0: rows_q(m, r0, r1, TQ_Q5_0); return;
     case RL_Q5_1: rows_q(m, r0, r1, TQ_Q5_1); return;
+    case RL_Q4_1: rows_q(m, r0, r1, TQ_Q4_1); return;
     case RL_Q4_K:
     case RL_Q5_K:
     case RL_Q6_K: rows_k(m, r0, r1); return;
