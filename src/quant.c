@@ -289,14 +289,21 @@ static void quant_q4_0(const float *x, uint8_t *b) {
     }
 }
 
+/* The smallest and largest of n values (the first of equal ones: -0.0 and +0.0 keep their
+ * order, as in ggml's quantizers). */
+static void block_range(const float *x, size_t n, float *lo, float *hi) {
+    *lo = *hi = x[0];
+    for (size_t j = 1; j < n; j++) {
+        *lo = fminf(*lo, x[j]);
+        *hi = fmaxf(*hi, x[j]);
+    }
+}
+
 /* Q4_1 as ggml's reference quantizer (and gguf.quants): d = (max - min) / 15, m = min, codes
  * the truncation of (x - min) * id + 0.5, clamped to 15. */
 static void quant_q4_1(const float *x, uint8_t *b) {
-    float lo = x[0], hi = x[0];
-    for (size_t j = 1; j < RL_QK; j++) {
-        lo = fminf(lo, x[j]);
-        hi = fmaxf(hi, x[j]);
-    }
+    float lo, hi;
+    block_range(x, RL_QK, &lo, &hi);
     float d = (hi - lo) / 15;
     float id = d != 0 ? 1.0f / d : 0.0f;
     st_f16(b, d);
@@ -325,12 +332,8 @@ static void quant_q5(uint32_t type, const float *x, uint8_t *b) {
         d = max / -16;
         off = 16.5f;
     } else {
-        float hi = x[0];
-        lo = x[0];
-        for (size_t j = 1; j < RL_QK; j++) {
-            lo = fminf(lo, x[j]);
-            hi = fmaxf(hi, x[j]);
-        }
+        float hi;
+        block_range(x, RL_QK, &lo, &hi);
         d = (hi - lo) / 31;
         off = 0.5f;
         st_f16(b + 2, lo);
@@ -649,11 +652,8 @@ static bool rq2_refit(const float *x, const float *w, const uint8_t *q, float *d
  * search's winner is among the candidates, and the weighted fit's weighted error is never
  * larger than the plain fit's. */
 static void quant_rq2(const float *x, const float *w, uint8_t *b) {
-    float lo = x[0], hi = x[0];
-    for (size_t j = 1; j < RL_QK_RQ2; j++) {
-        lo = fminf(lo, x[j]);
-        hi = fmaxf(hi, x[j]);
-    }
+    float lo, hi;
+    block_range(x, RL_QK_RQ2, &lo, &hi);
     uint8_t q[RL_QK_RQ2], bq[RL_QK_RQ2];
     float best_d = 0, best_m = lo, best = rq2_assign(x, w, 0, lo, bq);
     for (int pass = w ? 0 : 1; pass < 2; pass++) {
