@@ -92,7 +92,7 @@ void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
 }
 
 template <int HJ, bool Q8>
-__global__ void __launch_bounds__(ATT_THREADS) flash_decode_kernel(const rl_att_args a) {
+__global__ void __launch_bounds__(ATT_THREADS, 8) flash_decode_kernel(const rl_att_args a) {
     extern __shared__ float sm[];
     __shared__ float red[32];
     __shared__ int ticket;

@@ -17,16 +17,18 @@
  * Dynamic shared memory: the split's scores, q, and the warps' outputs [nw][hd].
  * Scores: one thread per key (16-byte loads along the key row in groups of 8, q broadcast from
  * shared memory). Values: warp w takes positions w, w + nw, ...; lane l the dimension pairs
- * 2l + 64j (coalesced 4-byte loads of a value row), 16 / HJ rows' loads issued before any is
- * used; the warps' sums are added in warp order. A single active split writes o / l; otherwise
- * the partials (max m, sum l, unnormalised o[hd]) go to global memory and the head's last block
- * to finish (an atomic ticket, not an atomic sum) merges every active split in split order, its
- * loads in batches of 8 splits. The kernel is a chain of memory round trips, so every loop
- * issues its loads in batches (at depth 4096 the value pass was 8 round trips per warp and the
- * merge 32 or more: 7B Q4_0 at d4096 287 -> 329 tok/s); the arithmetic keeps v2.2's order, so
- * batching changed no bits. (A block per GQA group reading each key once for its query heads
- * was measured and dropped: an eighth of the blocks, each doing eight heads' work in turn, made
- * TinyLlama's attention 56% slower at short context and slower at depth 4096 too.)
+ * 2l + 64j (coalesced 4-byte loads of a value row), a batch of PB rows' loads issued before
+ * any is used, the first batch before the score reductions; the warps' sums are added in warp
+ * order. A single active split writes o / l; otherwise the partials (max m, sum l,
+ * unnormalised o[hd]) go to global memory and the head's last block to finish (an atomic
+ * ticket, not an atomic sum) merges every active split in split order ((m, l) staged in
+ * shared memory, o loaded 16 splits per batch). The kernel is a chain of memory round trips,
+ * so every loop issues its loads in batches (at depth 4096 the value pass was 8 round trips
+ * per warp and the merge 32 or more: 7B Q4_0 at d4096 287 -> 329 tok/s; v2.7 cut them again,
+ * docs/PERF.md v2.7); the arithmetic keeps v2.2's order, so batching changed no bits. (A block
+ * per GQA group reading each key once for its query heads was measured and dropped: an eighth
+ * of the blocks, each doing eight heads' work in turn, made TinyLlama's attention 56% slower
+ * at short context and slower at depth 4096 too.)
  * Q8: an int8 cache with a scale per 32 values (--kv-type q8, half the bytes of f16): a key's
  * score is the sum over its 32-value blocks of d * (q . k_int8), a value row adds (e * d) * v. */
 /* Positions per split over n_pos positions: the knob, widened (in steps of 32) to keep at most
@@ -119,21 +121,12 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
         sc[p] = v;
         m = fmaxf(m, v);
     }
-    m = block_max_f(m, red, g);
-    float l = 0.0f;
-    for (int p = t; p < np; p += nt) {
-        const float e = expf(sc[p] - m);
-        sc[p] = e;
-        l += e;
-    }
-    l = block_sum_f(l, red, g); /* its barriers also order the sc[] writes before the reads below */
-    constexpr int PB = HJ >= 8 ? 2 : 16 / HJ; /* value rows per batch */
-    float2 acc[HJ];
-#pragma unroll
-    for (int j = 0; j < HJ; j++) acc[j] = make_float2(0.0f, 0.0f);
-    for (int pb = warp; pb < np; pb += PB * nw) {
-        uint32_t vv[PB][HJ]; /* two f16, or two int8 in the low half */
-        float dv[PB][HJ];
+    /* The value pass's first batch is loaded before the score reductions, so its trip to memory
+     * overlaps their barriers (the K registers are dead by now). */
+    constexpr int PB = HJ >= 8 ? 2 : Q8 || HJ >= 4 ? 16 / HJ : 32 / HJ; /* value rows per batch */
+    uint32_t vv[PB][HJ]; /* two f16, or two int8 in the low half */
+    float dv[Q8 ? PB : 1][HJ];
+    auto load_v = [&](int pb) {
 #pragma unroll
         for (int b = 0; b < PB; b++) {
             const int p = pb + b * nw;
@@ -150,6 +143,21 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
                 }
             }
         }
+    };
+    load_v(warp);
+    m = block_max_f(m, red, g);
+    float l = 0.0f;
+    for (int p = t; p < np; p += nt) {
+        const float e = expf(sc[p] - m);
+        sc[p] = e;
+        l += e;
+    }
+    l = block_sum_f(l, red, g); /* its barriers also order the sc[] writes before the reads below */
+    float2 acc[HJ];
+#pragma unroll
+    for (int j = 0; j < HJ; j++) acc[j] = make_float2(0.0f, 0.0f);
+    for (int pb = warp; pb < np; pb += PB * nw) {
+        if (pb != warp) load_v(pb);
 #pragma unroll
         for (int b = 0; b < PB; b++) {
             const int p = pb + b * nw;
@@ -204,37 +212,53 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
     g.sync();
     if (ticket != ns - 1) return;
     __threadfence();
+    /* The merge: the splits' (m, l) pairs are staged in shared memory (ow is free now), SC
+     * splits per trip (64 with 128 threads), and each thread's o values are loaded MC splits
+     * per batch: 1 + ceil(ns / MC) trips to memory where ns <= SC, against two per 8 splits
+     * before. The arithmetic and its order are unchanged. */
+    constexpr int MC = 16;
+    const int SC = min(nt, nw * hd) / 2;
     const float *ph = pz + (size_t)h * a.n_split * (hd + 2);
+    float *ml = ow; /* [SC][2] */
+    auto stage_ml = [&](int c0) {
+        g.sync(); /* the previous chunk's readers are done */
+        if (t < 2 * SC && c0 + t / 2 < ns) ml[t] = __ldcg(ph + (size_t)(c0 + t / 2) * (hd + 2) + (t & 1));
+        g.sync();
+    };
     float M = -INFINITY; /* max is exact in any order */
-    for (int q0 = 0; q0 < ns; q0 += 8) {
-        float mq[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) mq[j] = q0 + j < ns ? __ldcg(ph + (q0 + j) * (hd + 2)) : -INFINITY;
-#pragma unroll
-        for (int j = 0; j < 8; j++) M = fmaxf(M, mq[j]);
+    for (int c0 = 0; c0 < ns; c0 += SC) {
+        stage_ml(c0);
+        for (int j = 0; j < SC && c0 + j < ns; j++) M = fmaxf(M, ml[2 * j]);
     }
-    for (int d = t; d < hd; d += nt) {
-        float L = 0.0f, o = 0.0f;
-        for (int q0 = 0; q0 < ns; q0 += 8) {
-            float mq[8], lq[8], oq[8];
+    constexpr int DI = (64 * HJ + ATT_THREADS - 1) / ATT_THREADS; /* dimensions per thread */
+    float L[DI], O[DI];
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const float *pq = ph + (q0 + j) * (hd + 2);
-                const bool in = q0 + j < ns;
-                mq[j] = in ? __ldcg(pq) : 0.0f;
-                lq[j] = in ? __ldcg(pq + 1) : 0.0f;
-                oq[j] = in ? __ldcg(pq + 2 + d) : 0.0f;
-            }
+    for (int i = 0; i < DI; i++) L[i] = O[i] = 0.0f;
+    for (int c0 = 0; c0 < ns; c0 += SC) {
+        if (ns > SC) stage_ml(c0); /* else the one chunk is still staged */
+        const int nc = min(SC, ns - c0);
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                if (q0 + j >= ns) break;
-                const float w = expf(mq[j] - M);
-                L = fmaf(lq[j], w, L);
-                o = fmaf(oq[j], w, o);
+        for (int i = 0; i < DI; i++) {
+            const int d = t + i * nt;
+            if (d >= hd) break;
+            for (int j0 = 0; j0 < nc; j0 += MC) {
+                float oq[MC];
+#pragma unroll
+                for (int j = 0; j < MC; j++)
+                    oq[j] = j0 + j < nc ? __ldcg(ph + (size_t)(c0 + j0 + j) * (hd + 2) + 2 + d) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < MC; j++) {
+                    if (j0 + j >= nc) break;
+                    const float w = expf(ml[2 * (j0 + j)] - M);
+                    L[i] = fmaf(ml[2 * (j0 + j) + 1], w, L[i]);
+                    O[i] = fmaf(oq[j], w, O[i]);
+                }
             }
         }
-        oz[h * hd + d] = o / L;
     }
+#pragma unroll
+    for (int i = 0; i < DI; i++)
+        if (t + i * nt < hd) oz[h * hd + t + i * nt] = O[i] / L[i];
     if (t == 0) cz[h] = 0;
 }
 

@@ -65,6 +65,7 @@ struct rl_cuda {
     rl_pk_layer *pk_lay; /* [n_layer] device copy of the layers' arguments */
     unsigned long long *pk_bar;   /* its grid barrier's counter, zeroed at open */
     unsigned long long *pk_trace; /* RL_CUDA_PERSIST_TRACE: the last token's barrier times */
+    const char *pk_trace_file;    /* the variable's value when the trace was set up (environ's string) */
     char pk_why[200];             /* why it is off */
     /* --profile: a second graph with a timing event after every step (marks) */
     bool prof_on, prof_cap;
@@ -337,7 +338,8 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
      * differ), RoPE and the f16 K/V write in its epilogue where they fold */
     rl_mv_args *a = &P->qkv;
     mv_args1(c, a, &L->wq, c->q, RL_MV_STORE, c->x, L->attn_norm, D, ns, (int)c->qkv_dim);
-    seg(&a->seg[0], &L->wq, L->bq, c->q, NULL, fold);
+    a->seg[0].bias = L->bq;
+    a->seg[0].rope = fold;
     seg(&a->seg[1], &L->wk, L->bk, fold ? NULL : c->k, fold ? t->kc : NULL, fold);
     seg(&a->seg[2], &L->wv, L->bv, fold ? NULL : c->v, fold ? t->vc : NULL, false);
     a->nseg = 3;
@@ -379,7 +381,7 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
         const dlayer *L = &c->lay[l];
         rl_pk_layer P;
         layer_args(c, l, ns, &P);
-        const bool fold = rope_folds(c, l);
+        const bool fold = P.qkv.seg[0].rope; /* rope_folds(c, l), as layer_args decided */
         mv_go(c, &P.qkv, &rc);
         mark(c, fold ? "qkv+rope+kv" : "qkv", dmat_bytes(&L->wq) + dmat_bytes(&L->wk) + dmat_bytes(&L->wv));
         if (!fold) {
@@ -432,6 +434,7 @@ static int persist_setup(rl_cuda *c, rl_err *e) {
     free(h);
     const char *tf = getenv("RL_CUDA_PERSIST_TRACE");
     if (!rc && c->pk_on && tf && *tf) {
+        c->pk_trace_file = tf;
         const size_t n_tr = rl_persist_trace_words((int)n, c->pk.blocks);
         if (dev_alloc((void **)&c->pk_trace, n_tr * 8, "the persistent kernel's trace", e)) return -1;
         CK(cudaMemset(c->pk_trace, 0, n_tr * 8));
@@ -443,7 +446,7 @@ static int persist_setup(rl_cuda *c, rl_err *e) {
  * closes: int32 blocks, int32 barriers, then [2 barriers + 2][blocks] uint64 ns (start,
  * arrival and release per barrier, end). A diagnostic; errors are reported, not fatal. */
 static void persist_trace_write(rl_cuda *c) {
-    const char *tf = getenv("RL_CUDA_PERSIST_TRACE");
+    const char *tf = c->pk_trace_file;
     if (!c->pk_trace || !tf || !c->pk_on) return; /* nothing traced if its capture failed */
     const int32_t hdr[2] = {c->pk.blocks, rl_persist_barriers((int)c->m->cfg.n_layer)};
     const size_t n_tr = rl_persist_trace_words((int)c->m->cfg.n_layer, c->pk.blocks);
