@@ -156,36 +156,50 @@ __device__ __forceinline__ void deq_rq2(const uint8_t *w, const uint8_t *s, int 
     }
 }
 
-/* Q5_0 (22-byte blocks: d, qh[4], qs[16]) / Q5_1 (24: d, m, qh[4], qs[16]), kept in the file's
- * layout (only 2-byte aligned: loaded as 16-bit words). Value j: the nibble j of qs (low nibbles
- * first) plus bit j of qh as the fifth bit; Q5_0 d*(q-16), Q5_1 d*q + m. q5_words gives the
- * codes as 8 words of 4 bytes, values 4k..4k+3 in word k (a dp4a operand each). */
-template <bool ONE>
-__device__ __forceinline__ void q5_words(const uint8_t *b, uint32_t *q) {
-    const unsigned short *h = (const unsigned short *)(b + (ONE ? 4 : 2));
-    const uint32_t qh = (uint32_t)__ldg(h) | (uint32_t)__ldg(h + 1) << 16;
+/* The 32-value blocks with 4- or 5-bit codes, kept in the file's layout: Q4_1 (20 bytes: d, m,
+ * qs[16]), Q5_0 (22: d, qh[4], qs[16]), Q5_1 (24: d, m, qh[4], qs[16]); only 2-byte aligned in
+ * general, so loaded as 16-bit words. Value j: the nibble j of qs (low nibbles first), plus bit
+ * j of qh as the fifth bit for Q5; Q5_0 decodes d*(q-16), Q4_1 and Q5_1 d*q + m. qn_words gives
+ * the codes as 8 words of 4 bytes, values 4k..4k+3 in word k (a dp4a operand each). */
+template <int T> struct qn_tr {
+    static constexpr bool MIN = T != RL_Q5_0;  /* has m at byte 2 */
+    static constexpr bool QH = T != RL_Q4_1;   /* has the fifth bits */
+    static constexpr int QS = (MIN ? 4 : 2) + (QH ? 4 : 0);
+    static constexpr int BYTES = QS + 16;
+};
+
+template <int T>
+__device__ __forceinline__ void qn_words(const uint8_t *b, uint32_t *q) {
+    using TR = qn_tr<T>;
+    const unsigned short *h = (const unsigned short *)(b + TR::QS);
     uint32_t lo[4];
 #pragma unroll
-    for (int k = 0; k < 4; k++) lo[k] = (uint32_t)__ldg(h + 2 + 2 * k) | (uint32_t)__ldg(h + 3 + 2 * k) << 16;
+    for (int k = 0; k < 4; k++) lo[k] = (uint32_t)__ldg(h + 2 * k) | (uint32_t)__ldg(h + 2 * k + 1) << 16;
+    uint32_t qh = 0;
+    if constexpr (TR::QH) qh = (uint32_t)__ldg(h - 2) | (uint32_t)__ldg(h - 1) << 16;
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         uint32_t nib = k < 4 ? lo[k] & 0x0F0F0F0Fu : (lo[k - 4] >> 4) & 0x0F0F0F0Fu;
-        uint32_t hb = (qh >> (4 * k)) & 0xF; /* bits of values 4k..4k+3 to bit 4 of each byte */
-        uint32_t spread = (hb & 1) | (hb & 2) << 7 | (hb & 4) << 14 | (hb & 8) << 21;
-        q[k] = nib | spread << 4;
+        if constexpr (TR::QH) {
+            uint32_t hb = (qh >> (4 * k)) & 0xF; /* bits of values 4k..4k+3 to bit 4 of each byte */
+            uint32_t spread = (hb & 1) | (hb & 2) << 7 | (hb & 4) << 14 | (hb & 8) << 21;
+            nib |= spread << 4;
+        }
+        q[k] = nib;
     }
 }
 
-template <bool ONE>
-__device__ __forceinline__ void deq_q5(const uint8_t *w, const uint8_t *, int c, float *v) {
-    const uint8_t *b = w + (size_t)c * (ONE ? 24 : 22);
+template <int T>
+__device__ __forceinline__ void deq_qn(const uint8_t *w, const uint8_t *, int c, float *v) {
+    using TR = qn_tr<T>;
+    const uint8_t *b = w + (size_t)c * TR::BYTES;
     uint32_t q[8];
-    q5_words<ONE>(b, q);
-    const float d = ldh(b), m = ONE ? ldh(b + 2) : 0.0f;
+    qn_words<T>(b, q);
+    const float d = ldh(b), m = TR::MIN ? ldh(b + 2) : 0.0f;
 #pragma unroll
     for (int j = 0; j < 32; j++) {
         int code = (int)((q[j / 4] >> (8 * (j % 4))) & 0xff);
-        v[j] = ONE ? __fadd_rn(__fmul_rn(d, (float)code), m) : __fmul_rn(d, (float)(code - 16));
+        v[j] = TR::MIN ? __fadd_rn(__fmul_rn(d, (float)code), m) : __fmul_rn(d, (float)(code - 16));
     }
 }
 
@@ -196,8 +210,7 @@ __device__ __forceinline__ void deq32(const uint8_t *w, const uint8_t *s, int c,
     else if (T == RL_BF16) deq_16bit<true>(w, s, c, v);
     else if (T == RL_Q4_0) deq_q4_0(w, s, c, v);
     else if (T == RL_Q8_0) deq_q8_0(w, s, c, v);
-    else if (T == RL_Q5_0) deq_q5<false>(w, s, c, v);
-    else if (T == RL_Q5_1) deq_q5<true>(w, s, c, v);
+    else if (T == RL_Q4_1 || T == RL_Q5_0 || T == RL_Q5_1) deq_qn<T>(w, s, c, v);
     else if (T == RL_Q4_K) deq_qk45<false>(w, s, c, v);
     else if (T == RL_Q5_K) deq_qk45<true>(w, s, c, v);
     else if (T == RL_Q6_K) deq_q6_k(w, s, c, v);

@@ -216,6 +216,7 @@ static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8, bool lut, int ns) {
     case RL_BF16: return mv_pick<RL_BF16>(glu, q8, ns);
     case RL_Q4_0: return mv_pick<RL_Q4_0>(glu, q8, ns);
     case RL_Q8_0: return mv_pick<RL_Q8_0>(glu, q8, ns);
+    case RL_Q4_1: return mv_pick<RL_Q4_1>(glu, q8, ns);
     case RL_Q5_0: return mv_pick<RL_Q5_0>(glu, q8, ns);
     case RL_Q5_1: return mv_pick<RL_Q5_1>(glu, q8, ns);
     case RL_Q4_K: return mv_pick<RL_Q4_K>(glu, q8, ns);
@@ -227,7 +228,7 @@ static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8, bool lut, int ns) {
 bool rl_mv_q8(uint32_t type) { return q8_ok((int)type); }
 
 /* The weight types this backend has kernels for: the one list (mv_kernel_for dispatches it). */
-static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
 
 bool rl_mv_type_ok(uint32_t type) {
     for (uint32_t t : k_types)

@@ -113,7 +113,7 @@ template <int T> struct mv_tr {
  * scales, so a chunk's term is the CPU's bit for bit; only the order the terms are summed
  * differs. */
 __host__ __device__ constexpr bool q8_ok(int T) {
-    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_Q5_0 || T == RL_Q5_1 || T == RL_Q4_K || T == RL_Q5_K ||
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_Q4_1 || T == RL_Q5_0 || T == RL_Q5_1 || T == RL_Q4_K || T == RL_Q5_K ||
            T == RL_Q6_K || T == RL_RQ2;
 }
 
@@ -245,19 +245,19 @@ template <int T>
 __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, int c, const int *xw,
                                            float xd, int xsum) {
     const int sb = c % 8;
-    if constexpr (T == RL_Q5_0 || T == RL_Q5_1) {
+    if constexpr (T == RL_Q4_1 || T == RL_Q5_0 || T == RL_Q5_1) {
         /* the CPU reference's terms (src/quant.c ref_fast_dot): (d·dx)·dot with Q5_0's -16 inside
-         * the integer dot, and for Q5_1 m·s, s = dx·(float)Σx */
-        constexpr bool ONE = T == RL_Q5_1;
-        const uint8_t *b = w + (size_t)c * (ONE ? 24 : 22);
+         * the integer dot, and for Q4_1 / Q5_1 m·s, s = dx·(float)Σx */
+        constexpr bool MIN = qn_tr<T>::MIN;
+        const uint8_t *b = w + (size_t)c * qn_tr<T>::BYTES;
         uint32_t q[8];
-        q5_words<ONE>(b, q);
+        qn_words<T>(b, q);
         int dot = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++) dot = __dp4a((int)q[k], xw[k], dot);
-        if (!ONE) dot -= 16 * xsum;
+        if (!MIN) dot -= 16 * xsum;
         float t = __fmul_rn(__fmul_rn(ldh(b), xd), (float)dot);
-        if (ONE) t = __fadd_rn(t, __fmul_rn(ldh(b + 2), __fmul_rn(xd, (float)xsum)));
+        if (MIN) t = __fadd_rn(t, __fmul_rn(ldh(b + 2), __fmul_rn(xd, (float)xsum)));
         return t;
     } else if constexpr (T == RL_Q4_K || T == RL_Q5_K) {
         constexpr bool FIVE = T == RL_Q5_K;

@@ -21,6 +21,8 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 # models the prefill speed rows use (override: a ;-separated list in CK_SPEEDS / PF_SPEEDS)
 IFS=';' read -r -a CK_SPEEDS <<<"${CK_SPEEDS:-tinyllama-1.1b Q4_0;llama2-7b Q4_0;llama2-7b Q4_K_M}"
 IFS=';' read -r -a PF_SPEEDS <<<"${PF_SPEEDS:-tinyllama-1.1b Q4_0;tinyllama-1.1b F16;llama2-7b Q4_0;llama2-7b F16;llama2-7b Q4_K_M}"
+# random models of real shapes that stages r and fp compare with the CPU (override: R_MODELS)
+IFS=';' read -r -a RM <<<"${R_MODELS:-tinyllama-1.1b Q4_0;tinyllama-1.1b F16;tinyllama-1.1b Q4_1;qwen3-0.6b Q4_K_M;llama3.2-1b Q5_K_M}"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee -a "$LOG"
 if ! "$B/rawloop" --help >/dev/null 2>&1 && ! "$B/rawloop" help >/dev/null 2>&1; then
@@ -107,7 +109,7 @@ if has k; then
     say "== kernel tests"
     "$B/test_cuda" >>"$LOG" 2>&1
     rc=$?
-    row "| - | test_cuda (11 types x shapes x modes, argmax) | $(grep 'checks' "$LOG" | tail -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+    row "| - | test_cuda (12 types x shapes x modes, argmax) | $(grep 'checks' "$LOG" | tail -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
 fi
 
 IDS_SMALL="1 450 4996 310 263 931 29892 338 263 1243 310 278 15668 1788 29889 13 1576 1023 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
@@ -127,7 +129,7 @@ fi
 
 if has r; then
     say "== random models of real shapes"
-    for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b F16" "qwen3-0.6b Q4_K_M" "llama3.2-1b Q5_K_M"; do
+    for spec in "${RM[@]}"; do
         set -- $spec
         f="$M/$1-$2.gguf"
         [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1 || { row "| $1 $2 | mkmodel | failed | FAIL |"; continue; }
@@ -388,7 +390,7 @@ if has fp; then # the fast prefill: cuBLAS present?, logits vs CPU, perplexity, 
     cmp_logits "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_SHIP" pf
     cmp_logits "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_LONG" pf
     cmp_logits "rawloop-draft F16" models/rawloop-draft-f16.gguf "$IDS_SHIP" pf
-    for spec in "tinyllama-1.1b Q4_0" "tinyllama-1.1b F16" "qwen3-0.6b Q4_K_M" "llama3.2-1b Q5_K_M"; do
+    for spec in "${RM[@]}"; do
         set -- $spec
         f="$M/$1-$2.gguf"
         [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1

@@ -153,7 +153,7 @@ int main(void) {
         printf("test_cuda: no CUDA device, skipped\n");
         return 77;
     }
-    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
     /* the last: more work items than resident warps, so a streamed warp runs on across items */
     const size_t shapes[][2] = {{1, 256}, {77, 512}, {1000, 2048}, {256, 5632}, {12288, 1024}};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)
