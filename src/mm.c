@@ -313,23 +313,13 @@ AINLINE __m256 ld_h8(const uint8_t *p, size_t stride) {
  *   value = dw * u + m     Q4_1, Q5_1:  dw*da*dot(u, a) + m * s
  * i.e. + K * coef * s with coef = dw (or m) and K = off_mul. The kernels take the format as a
  * constant, so each instantiation keeps only its own format's code. */
-enum { TQ_Q8_0, TQ_Q4_0, TQ_Q5_0, TQ_Q5_1, TQ_Q4_1 };
-
-AINLINE size_t tq_bs(const int f) {
-    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q5_0 ? 22 : f == TQ_Q4_1 ? 20 : 24;
-}
-
 AINLINE float tq_off_mul(const int f) {
     return f == TQ_Q4_0 ? -8.0f : f == TQ_Q5_0 ? -16.0f : 1.0f;
 }
 
 /* byte offset of the fp16 factor that multiplies s: dw itself, or Q4_1's / Q5_1's m */
 AINLINE size_t tq_coef_at(const int f) {
-    return f == TQ_Q5_1 || f == TQ_Q4_1 ? 2 : 0;
-}
-
-AINLINE __m256i tq_uvals(const uint8_t *blk, const int f) {
-    return f == TQ_Q4_0 ? nib_vals(blk + 2) : f == TQ_Q4_1 ? nib_vals(blk + 4) : q5_uvals(blk, f == TQ_Q5_0 ? 2 : 4);
+    return tq_min(f) ? 2 : 0;
 }
 
 /* One block of R rows x C columns. The caller supplies the per-(row, column) scale dw*da. */

@@ -113,16 +113,9 @@ AINLINE __m256i q8_0_vals(const uint8_t *b) {
  * and how its offset enters (as in mm.c's AVX2 tiles): Q8_0 signed; Q4_0 / Q5_0 unsigned
  * codes with -8 / -16 subtracted in integers (1 / 2 x sum8); Q4_1 / Q5_1 unsigned codes plus
  * the block's min m times the activation sum s (rl_q8a.s), a float term. */
-enum { TQ_Q8_0, TQ_Q4_0, TQ_Q4_1, TQ_Q5_0, TQ_Q5_1 };
-
-AINLINE size_t tq_bs(const int f) {
-    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q4_1 ? 20 : f == TQ_Q5_0 ? 22 : 24;
-}
-
-/* codes of the block at b: Q8_0 signed, the others unsigned */
+/* codes of the block at b (formats: mm_tq.h): Q8_0 signed, the others unsigned */
 AINLINE __m256i tq_vals(const uint8_t *b, const int f) {
-    return f == TQ_Q8_0 ? q8_0_vals(b) : f == TQ_Q4_0 ? nib_vals(b + 2) : f == TQ_Q4_1 ? nib_vals(b + 4)
-                                       : q5_uvals(b, f == TQ_Q5_0 ? 2 : 4);
+    return f == TQ_Q8_0 ? q8_0_vals(b) : tq_uvals(b, f);
 }
 
 /* Q4_K / Q5_K groups 2i and 2i+1 (values 0..15 / 0..31), bytes 0-31 and 32-63. Both come from
@@ -206,13 +199,12 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
     case RL_Q5_1: {
         /* Q4_0 / Q5_0 as d * (q - z); Q4_1 / Q5_1 as d * q - (-m), which rounds as the
          * reference's d * q + m */
-        const int f = type == RL_Q8_0 ? TQ_Q8_0 : type == RL_Q4_0 ? TQ_Q4_0 : type == RL_Q4_1 ? TQ_Q4_1
-                    : type == RL_Q5_0 ? TQ_Q5_0 : TQ_Q5_1;
+        const int f = tq_of(type);
         const size_t bs = tq_bs(f);
-        const bool min = f == TQ_Q4_1 || f == TQ_Q5_1;
+        const bool min = tq_min(f);
         for (size_t i = 0; i < len / RL_QK; i++, b += bs) {
             __m256i q = tq_vals(b, f);
-            if (f == TQ_Q4_0 || f == TQ_Q5_0) q = _mm256_sub_epi8(q, _mm256_set1_epi8(f == TQ_Q4_0 ? 8 : 16));
+            if (tq_sub(f)) q = _mm256_sub_epi8(q, _mm256_set1_epi8((char)tq_sub(f)));
             const float d = ld_h(b), mn = min ? -ld_h(b + 2) : 0.0f;
             store16(dst + 32 * i, _mm256_castsi256_si128(q), d, mn, min);
             store16(dst + 32 * i + 16, _mm256_extracti128_si256(q, 1), d, mn, min);
@@ -326,7 +318,7 @@ static void exact_rows(const rl_mm *m, size_t r0, size_t r1) {
 AINLINE void pair_q(const uint8_t *const *w, const rl_q8a *const *a, size_t b, __m512 acc[4][4], const int R,
                     const int C, const int f, const int two) {
     const size_t bs = tq_bs(f);
-    const bool sub = f == TQ_Q4_0 || f == TQ_Q5_0, min = f == TQ_Q4_1 || f == TQ_Q5_1;
+    const bool sub = tq_sub(f) != 0, min = tq_min(f);
     const __m512i zero = _mm512_setzero_si512();
     __m512i wq[4], wa[4];
     __m512 dw[4], mw[4];

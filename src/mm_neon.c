@@ -24,6 +24,8 @@
 #include <arm_neon.h>
 #include <string.h>
 
+#include "mm_tq.h"
+
 #define AINLINE static inline __attribute__((always_inline))
 #define RL_UNROLL _Pragma("GCC unroll 8")
 
@@ -83,19 +85,7 @@ void rl_neon_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
 
 /* ---- unpacked weight values (16 at a time) ----------------------------------------------- */
 
-/* The 32-value block formats. Q4_0: [0,2) d [2,18) nibbles.  Q4_1: [0,2) d [2,4) m [4,20)
- * nibbles.  Q5_0: [0,2) d [2,6) qh [6,22) nibbles.  Q5_1: [0,2) d [2,4) m [4,8) qh [8,24)
- * nibbles.  Q8_0: [0,2) d [2,34) int8. */
-enum { TQ_Q8_0, TQ_Q4_0, TQ_Q5_0, TQ_Q5_1, TQ_Q4_1 };
-
-AINLINE size_t tq_bs(const int f) {
-    return f == TQ_Q8_0 ? 34 : f == TQ_Q4_0 ? 18 : f == TQ_Q5_0 ? 22 : f == TQ_Q4_1 ? 20 : 24;
-}
-
-/* the formats whose value is d*q + m: the min m times the activation sum s is added per block */
-AINLINE bool tq_min(const int f) {
-    return f == TQ_Q5_1 || f == TQ_Q4_1;
-}
+/* The 32-value block formats (layout and helpers: mm_tq.h). */
 
 /* Block values as int8: Q8_0 as stored, Q4_0 code - 8, Q5_0 code - 16, Q4_1 / Q5_1 the code
  * 0..15 / 0..31 (their d*q + m has no offset to fold in). Nibble codes: value j < 16 is the low nibble of byte
@@ -107,9 +97,9 @@ AINLINE void tq_vals(const uint8_t *b, int8x16_t v[2], const int f) {
         v[1] = vld1q_s8((const int8_t *)(b + 18));
         return;
     }
-    const size_t qs_at = f == TQ_Q4_0 ? 2 : f == TQ_Q4_1 ? 4 : f == TQ_Q5_0 ? 6 : 8;
+    const size_t qs_at = tq_qs_at(f);
     uint8x16_t raw = vld1q_u8(b + qs_at), u[2] = {vandq_u8(raw, vdupq_n_u8(0xF)), vshrq_n_u8(raw, 4)};
-    if (f == TQ_Q5_0 || f == TQ_Q5_1) {
+    if (tq_q5(f)) {
         const uint8_t *qh = b + qs_at - 4;
         const uint8x16_t bit = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201ull));
         RL_UNROLL
@@ -118,7 +108,7 @@ AINLINE void tq_vals(const uint8_t *b, int8x16_t v[2], const int f) {
             u[h] = vorrq_u8(u[h], vandq_u8(vtstq_u8(hb, bit), vdupq_n_u8(16)));
         }
     }
-    const int8_t off = f == TQ_Q4_0 ? 8 : f == TQ_Q5_0 ? 16 : 0;
+    const int8_t off = (int8_t)tq_sub(f);
     RL_UNROLL
     for (int h = 0; h < 2; h++) v[h] = vsubq_s8(vreinterpretq_s8_u8(u[h]), vdupq_n_s8(off));
 }

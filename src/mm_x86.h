@@ -8,6 +8,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "mm_tq.h"
+
 /* 32 four-bit codes of a Q4_0/Q4_1/Q5_0/Q5_1 block as unsigned 0..15: value j < 16 is the low
  * nibble of qs[j], value j + 16 the high nibble of qs[j]. */
 static inline __attribute__((always_inline)) __m256i nib_vals(const uint8_t *qs) {
@@ -28,6 +30,11 @@ static inline __attribute__((always_inline)) __m256i q5_uvals(const uint8_t *b, 
     __m256i h = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), spread), bit);
     h = _mm256_and_si256(_mm256_cmpeq_epi8(h, bit), _mm256_set1_epi8(16));
     return _mm256_or_si256(nib_vals(b + qh_off + 4), h);
+}
+
+/* the unsigned codes of a Q4_0/Q4_1/Q5_0/Q5_1 block (mm_tq.h) */
+static inline __attribute__((always_inline)) __m256i tq_uvals(const uint8_t *b, const int f) {
+    return tq_q5(f) ? q5_uvals(b, tq_qs_at(f) - 4) : nib_vals(b + tq_qs_at(f));
 }
 
 #endif
