@@ -44,7 +44,7 @@ static uint32_t gpu_missing_type(const rl_model *m) {
     if (!rl_cuda_runs_type(m->output.type)) return m->output.type;
     for (size_t l = 0; l < m->cfg.n_layer; l++) {
         const rl_layer *L = &m->layers[l];
-        const rl_matrix *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const rl_matrix *w[RL_LAYER_MATRIX_COUNT] = RL_LAYER_MATRICES(L);
         for (size_t i = 0; i < sizeof w / sizeof *w; i++)
             if (!rl_cuda_runs_type(w[i]->type)) return w[i]->type;
     }

@@ -58,12 +58,12 @@ static void pack_worker(void *ctx, size_t ith, size_t nth) {
                  j->src->cols, j->dst + r0 * rb);
 }
 
-/* The i-th matmul weight of the forward pass (the copies in c), i < 7 * n_layer + 1. */
+/* The i-th matmul weight of the forward pass (the copies in c), i <= RL_LAYER_MATRIX_COUNT * n_layer. */
 static rl_matrix *matrix_at(rl_cpu *c, size_t i) {
-    if (i == 7 * c->m->cfg.n_layer) return &c->output;
-    rl_layer *L = &c->lay[i / 7];
-    rl_matrix *all[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    return all[i % 7];
+    if (i == RL_LAYER_MATRIX_COUNT * c->m->cfg.n_layer) return &c->output;
+    rl_layer *L = &c->lay[i / RL_LAYER_MATRIX_COUNT];
+    rl_matrix *all[RL_LAYER_MATRIX_COUNT] = RL_LAYER_MATRICES(L);
+    return all[i % RL_LAYER_MATRIX_COUNT];
 }
 
 /* Repacks every packable matrix into one arena and points the copies at it. Skipped on the
@@ -86,7 +86,7 @@ static int pack_weights(rl_cpu *c, rl_err *e) {
     memcpy(c->lay, c->m->layers, n_layer * sizeof *c->lay);
     c->output = c->m->output;
     if (c->exact) return 0;
-    size_t total = 0, count = 7 * n_layer + 1;
+    size_t total = 0, count = RL_LAYER_MATRIX_COUNT * n_layer + 1;
     for (size_t i = 0; i < count; i++) {
         const rl_matrix *mt = matrix_at(c, i);
         if (rl_pack_supported(mt->type, mt->rows, mt->cols)) total += mt->rows * mt->row_bytes;

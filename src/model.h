@@ -57,6 +57,11 @@ typedef struct rl_layer {
     rl_matrix w_down;              /* [n_embd][n_ff] */
 } rl_layer;
 
+/* A layer's matrices in forward order, as an initializer for an array of RL_LAYER_MATRIX_COUNT
+ * pointers: the one list every loop over a layer's weights uses. */
+#define RL_LAYER_MATRIX_COUNT 7
+#define RL_LAYER_MATRICES(L) {&(L)->wq, &(L)->wk, &(L)->wv, &(L)->wo, &(L)->w_gate, &(L)->w_up, &(L)->w_down}
+
 typedef struct rl_model {
     gguf_file file;
     rl_config cfg;

@@ -220,9 +220,9 @@ static int upload_pass(rl_cuda *c, const float *inv_freq, rl_err *e) {
     for (size_t l = 0; l < cfg->n_layer; l++) {
         const rl_layer *L = &m->layers[l];
         dlayer *D = &c->lay[l];
-        const rl_matrix *src[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        rl_dmat *dst[7] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->wg, &D->wu, &D->wd};
-        for (int i = 0; i < 7; i++) {
+        const rl_matrix *src[RL_LAYER_MATRIX_COUNT] = RL_LAYER_MATRICES(L);
+        rl_dmat *dst[RL_LAYER_MATRIX_COUNT] = {&D->wq, &D->wk, &D->wv, &D->wo, &D->wg, &D->wu, &D->wd};
+        for (int i = 0; i < RL_LAYER_MATRIX_COUNT; i++) {
             snprintf(what, sizeof what, "layer %zu matrix %d", l, i);
             if (put_mat(c, src[i], dst[i], what, e)) return -1;
         }
