@@ -88,6 +88,7 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < sizeof k_shapes / sizeof *k_shapes; i++) fprintf(out, " %s", k_shapes[i].name);
     fprintf(out, "\n  --type   one of:");
     for (size_t i = 0; rl_ftype_at(i); i++) fprintf(out, " %s", rl_ftype_at(i)->name);
+    for (size_t i = 0; rl_ftype_rawloop_at(i); i++) fprintf(out, " %s", rl_ftype_rawloop_at(i)->name);
     fprintf(out, "\n  --vocab  GGUF whose tokenizer.* keys are copied (default "
                  "../shared/testdata/tokenizers/ggml-vocab-llama-spm.gguf); padded to the shape's "
                  "vocabulary\n");

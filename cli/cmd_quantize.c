@@ -47,6 +47,8 @@ static void usage(FILE *out) {
         "             docs/FORMATS.md has the rules.\n"
         "             RQ2: rawloop's 2-bit type (64-value blocks, 2.5 bits per weight; only\n"
         "             rawloop reads it), token_embd.weight in Q8_0 unless --pure\n"
+        "             FP8: rawloop's 8-bit float type (e4m3 codes, a bf16 scale per 32\n"
+        "             values, 8.5 bits per weight; only rawloop reads it), every matrix\n"
         "  --recipe FILE  per-tensor types: lines 'PATTERN TYPE', first match wins; PATTERN a\n"
         "             glob over the tensor name ('*' any run, '?' one character), e.g.\n"
         "               blk.*.ffn_gate.weight RQ2\n"

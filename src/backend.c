@@ -75,6 +75,7 @@ int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, 
     /* the fast path rounds activations only for quantized weights: a float model is fp32 */
     b->numerics = o->exact ? "exact fp32 activations"
                   : rl_type_is_float(m->main_type) ? "fp32 activations (float weights)"
+                  : rl_type_fp32_act(m->main_type) ? "fp32 activations (FP8 weights)"
                                                    : "8-bit activations for quantized weights";
     if (missing != UINT32_MAX) /* said wherever the backend is named (run, bench, perplexity) */
         snprintf(b->name, sizeof b->name, "cpu-%s (auto: the GPU has no %s kernels)", rl_simd_name(),

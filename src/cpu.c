@@ -361,7 +361,7 @@ static void job_add(const rl_cpu *c, mm_job *j, const rl_matrix *w, const float 
                     float *y, size_t ys, bool acc) {
     size_t i = j->n++;
     j->mm[i] = (rl_mm){.type = w->type, .w = w->data, .row_bytes = w->row_bytes, .n = w->cols,
-                       .S = S, .x = x, .xq = rl_type_is_float(w->type) ? NULL : xq, .y = y,
+                       .S = S, .x = x, .xq = rl_type_fp32_act(w->type) ? NULL : xq, .y = y,
                        .ys = ys, .accumulate = acc, .packed = is_packed(c, w)};
     j->rows[i] = w->rows;
     j->tile[i] = rl_mm_row_tile(w->type);
@@ -390,7 +390,7 @@ static void qa_worker(void *ctx, size_t ith, size_t nth) {
 static const rl_q8a *quant_act(rl_cpu *c, const float *x, size_t S, size_t n,
                                const rl_matrix *w, size_t mat) {
     if (c->observe) c->observe(c->observe_ctx, mat, x, S, n);
-    if (c->exact || rl_type_is_float(w->type)) return NULL;
+    if (c->exact || rl_type_fp32_act(w->type)) return NULL;
     qa_job j = {x, c->xq, S, n};
     if (S == 1) qa_worker(&j, 0, 1);
     else rl_pool_run(c->pool, qa_worker, &j);

@@ -166,6 +166,9 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
     case RL_Q8_0:
         for (size_t i = 0; i < len / 32; i++, b += 34) store_scaled(dst + 32 * i, q8_0_vals(b), _mm256_set1_ps(ld_h(b)), zero);
         return;
+    case RL_FP8:
+        for (size_t i = 0; i < len / 32; i++, b += 34) fp8_vals(b, dst + 32 * i);
+        return;
     case RL_Q4_0:
         for (size_t i = 0; i < len / 32; i++, b += 18) store_scaled(dst + 32 * i, q4_0_vals(b), _mm256_set1_ps(ld_h(b)), zero);
         return;
@@ -733,7 +736,7 @@ static void rows_rq2(const rl_mm *m, size_t r0, size_t r1) {
 }
 
 static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
-    if (m->xq == NULL || rl_type_is_float(m->type)) {
+    if (m->xq == NULL || rl_type_fp32_act(m->type)) {
         if (m->packed) { /* not a path the engine takes: it packs for the fast path only */
             rl_mm_rows_ref(m, r0, r1);
             return;

@@ -211,6 +211,9 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         }
         return;
     }
+    case RL_FP8:
+        for (size_t i = 0; i < len / RL_QK; i++, b += 34) fp8_vals(b, dst + 32 * i);
+        return;
     case RL_Q4_K:
     case RL_Q5_K: {
         float d = ld_h(b), dmin = ld_h(b + 2);
@@ -610,7 +613,7 @@ void rl_avx512_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 void rl_avx512_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
-    if (m->xq == NULL || rl_type_is_float(m->type)) {
+    if (m->xq == NULL || rl_type_fp32_act(m->type)) {
         if (m->packed) { /* not a path the engine takes: it packs for the fast path only */
             rl_mm_rows_ref(m, r0, r1);
             return;

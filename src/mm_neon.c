@@ -568,7 +568,7 @@ void rl_neon_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
 void rl_neon_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
-    if (m->xq == NULL || rl_type_is_float(m->type)) {
+    if (m->xq == NULL || rl_type_fp32_act(m->type)) {
         if (m->packed) { /* not a path the engine takes: it packs for the fast path only */
             rl_mm_rows_ref(m, r0, r1);
             return;

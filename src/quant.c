@@ -189,6 +189,34 @@ static void deq_rq2(const uint8_t *b, float *y) {
 static const uint32_t k_rq2_lut[256] = {RQ2_L64(0), RQ2_L64(64), RQ2_L64(128), RQ2_L64(192)};
 const uint32_t *const rl_rq2_lut = k_rq2_lut;
 
+/* FP8: [0,2) d (bf16)  [2,34) e4m3 codes, weight j in byte 2 + j; value d * e4m3(code).
+ * e4m3: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (m/8 * 2^-6).
+ * There is no infinity; 0x7f / 0xff (NaN in the OCP format) are never written, and every
+ * decoder of rawloop reads them as +-480, the value their bits spell. */
+float rl_e4m3_to_f32(uint8_t c) {
+    int e = (c >> 3) & 15, m = c & 7;
+    float v = e ? ldexpf(1.0f + (float)m / 8, e - 7) : ldexpf((float)m / 8, -6);
+    return c & 0x80 ? -v : v;
+}
+
+/* The code nearest to v (ties to even), |v| <= 448 (the largest finite e4m3 value). */
+static uint8_t e4m3_rne(float v) {
+    uint8_t sign = signbit(v) ? 0x80 : 0;
+    float a = fabsf(v);
+    if (a < 0x1p-6f) /* subnormal: steps of 2^-9; 8 steps is code 8, the smallest normal */
+        return sign | (uint8_t)nearbyintf(a * 0x1p9f);
+    int k;
+    frexpf(a, &k); /* a = f * 2^k, f in [0.5, 1): exponent k - 1 */
+    int q = (int)nearbyintf(ldexpf(a, 4 - k)); /* mantissa in steps of 1/8: 8 .. 16 */
+    /* q == 16 carries into the next exponent, which the code's layout does by itself */
+    return sign | (uint8_t)((k + 5) * 8 + q);
+}
+
+static void deq_fp8(const uint8_t *b, float *y) {
+    float d = rl_bf16_to_f32((uint16_t)(b[0] | (b[1] << 8)));
+    for (size_t j = 0; j < RL_QK; j++) y[j] = d * rl_e4m3_to_f32(b[2 + j]);
+}
+
 void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n) {
     const uint8_t *b = src;
     switch (type) {
@@ -251,6 +279,9 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n) {
     case RL_RQ2:
         for (size_t i = 0; i < n / RL_QK_RQ2; i++) deq_rq2(b + i * 20, dst + i * RL_QK_RQ2);
         return;
+    case RL_FP8:
+        for (size_t i = 0; i < n / RL_QK; i++) deq_fp8(b + i * 34, dst + i * RL_QK);
+        return;
     default:
         /* not computable: callers check rl_type_computable first; leave a visible result */
         for (size_t i = 0; i < n; i++) dst[i] = NAN;
@@ -267,6 +298,19 @@ static void quant_q8_0(const float *x, uint8_t *b) {
     float id = d != 0 ? 1.0f / d : 0.0f;
     st_f16(b, d);
     for (size_t j = 0; j < RL_QK; j++) b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+}
+
+/* FP8: d = amax / 448 rounded to bf16 (bf16, not fp16: a block of small weights would
+ * underflow an fp16 d), then each code is the e4m3 value nearest to x / d, saturated at +-448
+ * (d may have rounded down). */
+static void quant_fp8(const float *x, uint8_t *b) {
+    float amax = 0;
+    for (size_t j = 0; j < RL_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    uint16_t h = rl_f32_to_bf16(amax / 448);
+    float d = rl_bf16_to_f32(h);
+    b[0] = (uint8_t)h;
+    b[1] = (uint8_t)(h >> 8);
+    for (size_t j = 0; j < RL_QK; j++) b[2 + j] = d != 0 ? e4m3_rne(fminf(fmaxf(x[j] / d, -448.0f), 448.0f)) : 0;
 }
 
 static void quant_q4_0(const float *x, uint8_t *b) {
@@ -718,6 +762,9 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
     case RL_Q4_0:
         for (size_t i = 0; i < n / RL_QK; i++) quant_q4_0(src + i * RL_QK, b + i * 18);
         return;
+    case RL_FP8:
+        for (size_t i = 0; i < n / RL_QK; i++) quant_fp8(src + i * RL_QK, b + i * 34);
+        return;
     case RL_Q4_1:
         for (size_t i = 0; i < n / RL_QK; i++) quant_q4_1(src + i * RL_QK, b + i * 20);
         return;
@@ -881,7 +928,7 @@ static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size
 }
 
 static bool uses_fast_path(const rl_mm *m) {
-    return m->xq != NULL && !rl_type_is_float(m->type);
+    return m->xq != NULL && !rl_type_fp32_act(m->type);
 }
 
 /* ---- row-interleaved (x8) weights --------------------------------------------------------- */

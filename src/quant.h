@@ -33,7 +33,8 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
 /* Quantizes n floats into type (any computable type). Q8_0, Q4_0, Q5_0 and Q5_1 follow ggml's
  * reference quantizers (byte-identical to gguf.quants.quantize); Q4_K, Q5_K and Q6_K follow llama.cpp's
  * reference K-quantizers (byte-identical to llama-quantize without an imatrix);
- * RQ2 searches (d, m) per block for the least squared error (docs/FORMATS.md, section RQ2). */
+ * RQ2 searches (d, m) per block for the least squared error (docs/FORMATS.md, section RQ2);
+ * FP8 rounds x / d to the nearest e4m3 value (section FP8). */
 void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
 /* Same, with per-element importances w[0..n) (calibration: mean squared activation of each
  * input column; w NULL = rl_quant_row, byte for byte). Types with a search (Q4_K, Q5_K, RQ2)
@@ -43,6 +44,9 @@ void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
 void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const float *w);
 /* True when rl_quant_row_w uses its weights for this type. */
 bool rl_quant_uses_weights(uint32_t type);
+
+/* The value of an FP8 (e4m3) code, exactly (docs/FORMATS.md, section FP8). */
+float rl_e4m3_to_f32(uint8_t c);
 
 /* RQ2 table decoder: entry b holds the 4 codes of code byte b, code k in byte k (a dp4a /
  * maddubs operand in weight order). 256 entries. */

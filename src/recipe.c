@@ -21,6 +21,7 @@ static const rl_ftype k_ftypes[] = {
 /* rawloop's own file types: kept apart from llama.cpp's list, whose numbers they do not use */
 static const rl_ftype k_rawloop_ftypes[] = {
     {"RQ2", RL_RQ2, false, RL_FILE_TYPE_RAWLOOP},
+    {"FP8", RL_FP8, false, RL_FILE_TYPE_RAWLOOP},
 };
 
 const rl_ftype *rl_ftype_find(const char *name) {
@@ -103,7 +104,8 @@ int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const
             else if (ft->mix_m && l >= 0 && rl_recipe_more_bits((size_t)l, c->n_layer))
                 t = RL_Q6_K;
         }
-        if (rl_type_is_rawloop(t) && !c->pure && !strcmp(name, "token_embd.weight")) t = RL_Q8_0;
+        /* a 2-bit embedding (and tied head) loses too much; FP8 keeps its own 8 bits */
+        if (t == RL_RQ2 && !c->pure && !strcmp(name, "token_embd.weight")) t = RL_Q8_0;
     }
     out->wanted = t;
     out->type = fit_row(t, ne[0]);

@@ -26,13 +26,13 @@ typedef struct rl_ftype {
  * whose largest value, LLAMA_FTYPE_GUESSED, is 1024). */
 #define RL_FILE_TYPE_RAWLOOP 2048u
 
-/* Case-insensitive lookup, llama.cpp's file types and rawloop's (RQ2); NULL for an unknown
+/* Case-insensitive lookup, llama.cpp's file types and rawloop's (RQ2, FP8); NULL for an unknown
  * name. */
 const rl_ftype *rl_ftype_find(const char *name);
 /* The i-th known llama.cpp file type (for usage text); NULL past the end. */
 const rl_ftype *rl_ftype_at(size_t i);
-/* The i-th rawloop file type (RQ2: every matrix in RQ2 but token_embd in Q8_0 unless --pure);
- * NULL past the end. */
+/* The i-th rawloop file type (RQ2: every matrix in RQ2 but token_embd in Q8_0 unless --pure;
+ * FP8: every matrix); NULL past the end. */
 const rl_ftype *rl_ftype_rawloop_at(size_t i);
 
 /* A recipe file (`rawloop quantize --recipe FILE`): lines "PATTERN TYPE", '#' to the end of a

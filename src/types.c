@@ -22,11 +22,12 @@ static const rl_type_info k_types[RL_TYPE_COUNT] = {
 /* rawloop's own types, indexed from RL_RAWLOOP_TYPE_BASE */
 static const rl_type_info k_rawloop_types[RL_RAWLOOP_TYPE_END - RL_RAWLOOP_TYPE_BASE] = {
     [RL_RQ2 - RL_RAWLOOP_TYPE_BASE] = {"RQ2", RL_QK_RQ2, 20},
+    [RL_FP8 - RL_RAWLOOP_TYPE_BASE] = {"FP8", RL_QK, 34},
 };
 
 /* Every type the engine computes with, in the order usage text lists them. */
 static const uint32_t k_computable[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_1,
-                                        RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+                                        RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2,  RL_FP8};
 
 const rl_type_info *rl_type_get(uint32_t type) {
     if (type >= RL_RAWLOOP_TYPE_BASE && type < RL_RAWLOOP_TYPE_END)
@@ -42,6 +43,10 @@ const char *rl_type_name(uint32_t type) {
 
 bool rl_type_is_float(uint32_t type) {
     return type == RL_F32 || type == RL_F16 || type == RL_BF16;
+}
+
+bool rl_type_fp32_act(uint32_t type) {
+    return rl_type_is_float(type) || type == RL_FP8;
 }
 
 bool rl_type_computable(uint32_t type) {

@@ -35,7 +35,11 @@ enum rl_type {
     /* 64 weights: 16 bytes of 2-bit codes (weight j: byte j/4, bits 2*(j%4)), fp16 d, fp16 m;
      * value = d*code + m. 2.5 bits per weight. */
     RL_RQ2 = 1024,
-    RL_RAWLOOP_TYPE_END = 1025,   /* one past the last rawloop type this build knows */
+    /* 32 weights: bf16 d, then 32 FP8 e4m3 codes (bias 7, no infinities; 0x7f/0xff are never
+     * written and decode as +-480); value = d * e4m3(code). 8.5 bits per weight, Q8_0's block
+     * geometry. docs/FORMATS.md, section FP8. */
+    RL_FP8 = 1025,
+    RL_RAWLOOP_TYPE_END = 1026,   /* one past the last rawloop type this build knows */
     RL_RAWLOOP_TYPE_LIMIT = 2048, /* ids [BASE, LIMIT) are reserved for rawloop's types */
 };
 
@@ -60,18 +64,21 @@ const rl_type_info *rl_type_get(uint32_t type);
  * needed: unknown ids return "unknown"). */
 const char *rl_type_name(uint32_t type);
 
-/* F32, F16, BF16: weights that are always computed with fp32 activations. */
+/* F32, F16, BF16: the float storage types. */
 bool rl_type_is_float(uint32_t type);
+/* Types always computed with fp32 activations: the float types and FP8, whose codes are not
+ * integers (no 8-bit activation path). */
+bool rl_type_fp32_act(uint32_t type);
 
 /* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
- * RQ2) on the CPU; the GPU runs all but Q4_1 (rl_cuda_runs_type, src/backend.h). */
+ * RQ2 FP8) on the CPU; the GPU runs them all (rl_cuda_runs_type, src/backend.h). */
 bool rl_type_computable(uint32_t type);
 
 /* True for ids in rawloop's reserved range [RL_RAWLOOP_TYPE_BASE, RL_RAWLOOP_TYPE_LIMIT),
  * known to this build or not. */
 bool rl_type_is_rawloop(uint32_t type);
 
-/* Computable type by name, case-insensitive ("q4_k", "RQ2"); UINT32_MAX when unknown. */
+/* Computable type by name, case-insensitive ("q4_k", "RQ2", "fp8"); UINT32_MAX when unknown. */
 uint32_t rl_type_from_name(const char *name);
 /* The i-th computable type (for usage text and loops over all types); UINT32_MAX past the end. */
 uint32_t rl_type_computable_at(size_t i);

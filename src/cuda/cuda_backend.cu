@@ -134,8 +134,8 @@ static int knob(const char *name, int def, int lo, int hi, int *out, rl_err *e) 
  * Llama-3-8B Q4_0 426 vs 397; at 2048, TinyLlama Q4_0 1271 vs 1273, F16 830 vs 870). */
 static int mv_warps_for(size_t n_embd) { return n_embd >= 4096 ? 16 : 8; }
 
-/* Which weight types decoding's matvec streams (mvs.cu) when RL_CUDA_MVS is unset: 1 all four
- * plane types, 2 Q4_0 and Q8_0 only. With PDL on the streamed launches (H200, tg128,
+/* Which weight types decoding's matvec streams (mvs.cu) when RL_CUDA_MVS is unset: 1 all the
+ * plane types, 2 Q4_0, Q8_0 and FP8 only (FP8's ring is Q8_0's). With PDL on the streamed launches (H200, tg128,
  * docs/PERF.md v2.4): TinyLlama F16 +15% streamed, Llama-2-7B F16 -8% (its 16-bit rings leave
  * 13-16 warps per SM where the register kernel has 32); Q4_0/Q8_0 gain at both sizes. */
 static int mvs_for(size_t n_embd) { return n_embd >= 4096 ? 2 : 1; }
@@ -1049,7 +1049,7 @@ extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_o
     b->impl = c;
     b->device = RL_DEVICE_CUDA;
     b->n_threads = 1;
-    b->numerics = c->fast ? "8-bit activations for quantized weights, fp32 for float weights"
+    b->numerics = c->fast ? "8-bit activations for quantized weights, fp32 for float and FP8 weights"
                           : o->exact ? "fp32 activations (--exact)"
                                      : "fp32 activations (the 8-bit path does not fit this GPU's shared memory)";
     return 0;

@@ -141,6 +141,55 @@ __device__ __forceinline__ void deq_q6_k(const uint8_t *w, const uint8_t *s, int
     }
 }
 
+/* FP8 (e4m3) codes to floats. sm_89 and later convert two codes per instruction
+ * (cvt.rn.f16x2.e4m3x2); sm_80 has no such instruction and uses integer ops: code c becomes
+ * the fp16 with bits (c & 0x80) << 8 | (c & 0x7f) << 7, which is e4m3(c) * 2^-8 exactly
+ * (subnormals included: the exponent biases differ by 8). A converted value is worth 1 or 2^-8
+ * of e4m3(c), and the caller multiplies a chunk's sum by d * E4M3_INV (1 or 256): scaling
+ * every product and partial sum by a power of two changes no rounding, so both give the same
+ * bits. (Codes 0x7f / 0xff, never written, are NaN to the instruction and +-480 to the integer
+ * path and the CPU.) Word u's 4 codes -> f[0..3]. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define E4M3_INV 1.0f
+#else
+#define E4M3_INV 256.0f
+#endif
+__device__ __forceinline__ void e4m3x4(uint32_t u, float *f) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        uint32_t b;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(b) : "h"((unsigned short)(u >> (16 * h))));
+#else
+        const uint32_t x = __byte_perm(u, 0, h ? 0x4342 : 0x4140); /* codes 2h, 2h + 1 as 16-bit lanes */
+        b = ((x << 8) & 0x80008000u) | ((x << 7) & 0x3f803f80u);
+#endif
+        const float2 v = __half22float2(*(const __half2 *)&b);
+        f[2 * h] = v.x;
+        f[2 * h + 1] = v.y;
+    }
+}
+__device__ __forceinline__ float bf2f(uint32_t h) { return __uint_as_float(h << 16); }
+
+/* FP8, repacked as Q8_0: a plane of 32 codes per block and a plane of bf16 d. value = d *
+ * e4m3(code), one rounded product as in the C reference (deq_fp8 in src/quant.c). */
+__device__ __forceinline__ void deq_fp8(const uint8_t *w, const uint8_t *s, int c, float *v) {
+    const uint4 *p = (const uint4 *)(w + (size_t)c * 32);
+    const float d = bf2f(__ldg((const unsigned short *)s + c));
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        uint4 t = __ldg(p + j);
+        uint32_t u[4] = {t.x, t.y, t.z, t.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float f[4];
+            e4m3x4(u[k], f);
+#pragma unroll
+            for (int i = 0; i < 4; i++) v[16 * j + 4 * k + i] = __fmul_rn(d, __fmul_rn(f[i], E4M3_INV));
+        }
+    }
+}
+
 /* RQ2, repacked: a code plane (16 bytes per 64-value block; weight j of a block at byte j/4,
  * bits 2*(j%4)) and a plane of (d, m) fp16 pairs, 4 bytes per block. Chunk c is half c%2 of
  * block c/2: its 8 code bytes are one aligned 8-byte load. value = d*code + m, the product
@@ -210,6 +259,7 @@ __device__ __forceinline__ void deq32(const uint8_t *w, const uint8_t *s, int c,
     else if (T == RL_BF16) deq_16bit<true>(w, s, c, v);
     else if (T == RL_Q4_0) deq_q4_0(w, s, c, v);
     else if (T == RL_Q8_0) deq_q8_0(w, s, c, v);
+    else if (T == RL_FP8) deq_fp8(w, s, c, v);
     else if (T == RL_Q4_1 || T == RL_Q5_0 || T == RL_Q5_1) deq_qn<T>(w, s, c, v);
     else if (T == RL_Q4_K) deq_qk45<false>(w, s, c, v);
     else if (T == RL_Q5_K) deq_qk45<true>(w, s, c, v);

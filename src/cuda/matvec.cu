@@ -26,7 +26,7 @@
 /* ---- device layout ---------------------------------------------------------------------- */
 
 bool rl_dmat_repacked(uint32_t type) {
-    return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_Q6_K || type == RL_RQ2;
+    return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q6_K || type == RL_RQ2;
 }
 
 void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, size_t *q_bytes,
@@ -34,7 +34,7 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
     if (type == RL_Q4_0) {
         *q_bytes = rows * (cols / 2);
         *s_bytes = rows * (cols / 32) * 2;
-    } else if (type == RL_Q8_0) {
+    } else if (type == RL_Q8_0 || type == RL_FP8) {
         *q_bytes = rows * cols;
         *s_bytes = rows * (cols / 32) * 2;
     } else if (type == RL_Q6_K) { /* 208 bytes of quants and sub-scales per 256, fp16 d apart */
@@ -49,7 +49,7 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
     }
 }
 
-/* Q4_0 / Q8_0: [fp16 d][quants] blocks -> quants plane + d plane. Q6_K: [ql qh scales][fp16 d]
+/* Q4_0 / Q8_0 / FP8: [16-bit d][quants] blocks -> quants plane + d plane. Q6_K: [ql qh scales][fp16 d]
  * 210-byte blocks (only 2-byte aligned) -> 208-byte (16-byte aligned) plane + d plane. RQ2:
  * [codes][fp16 d][fp16 m] 20-byte blocks (4-byte aligned) -> 16-byte code plane + (d, m) plane. */
 void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols, size_t row_bytes,
@@ -216,6 +216,7 @@ static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8, bool lut, int ns) {
     case RL_BF16: return mv_pick<RL_BF16>(glu, q8, ns);
     case RL_Q4_0: return mv_pick<RL_Q4_0>(glu, q8, ns);
     case RL_Q8_0: return mv_pick<RL_Q8_0>(glu, q8, ns);
+    case RL_FP8: return mv_pick<RL_FP8>(glu, q8, ns);
     case RL_Q4_1: return mv_pick<RL_Q4_1>(glu, q8, ns);
     case RL_Q5_0: return mv_pick<RL_Q5_0>(glu, q8, ns);
     case RL_Q5_1: return mv_pick<RL_Q5_1>(glu, q8, ns);
@@ -228,7 +229,7 @@ static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8, bool lut, int ns) {
 bool rl_mv_q8(uint32_t type) { return q8_ok((int)type); }
 
 /* The weight types this backend has kernels for: the one list (mv_kernel_for dispatches it). */
-static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2, RL_FP8};
 
 bool rl_mv_type_ok(uint32_t type) {
     for (uint32_t t : k_types)

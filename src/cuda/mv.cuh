@@ -99,9 +99,9 @@ __device__ __forceinline__ float chunk_dot(const uint8_t *w, const uint8_t *s, i
  * 4 + 4 (d, m) loads). */
 template <int T> struct mv_tr {
     static constexpr int CW = T == RL_RQ2 ? 64 : 32;
-    static constexpr int NV = (T == RL_Q4_0 || T == RL_RQ2) ? 1 : T == RL_Q8_0 ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
-    static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_RQ2) ? 2 : 1;
-    static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : (T == RL_Q8_0 || T == RL_RQ2) ? 3 : 2;
+    static constexpr int NV = (T == RL_Q4_0 || T == RL_RQ2) ? 1 : (T == RL_Q8_0 || T == RL_FP8) ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
+    static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2) ? 2 : 1;
+    static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2) ? 3 : 2;
     /* registers per thread: MINB blocks of 256 threads resident per SM, whatever the block size
      * (the decode kernel takes blocks of up to 512 threads: __maxnreg__, not launch bounds) */
     static constexpr int REGS = (65536 / (256 * MINB)) & ~7;
@@ -119,7 +119,7 @@ __host__ __device__ constexpr bool q8_ok(int T) {
 
 template <int T> struct raw_chunk {
     uint4 v[mv_tr<T>::NV > 0 ? mv_tr<T>::NV : 1];
-    uint32_t d; /* fp16 scale bits (Q4_0, Q8_0); RQ2: the (d, m) fp16 pair, d in the low half */
+    uint32_t d; /* scale bits: fp16 (Q4_0, Q8_0), bf16 (FP8); RQ2: the (d, m) fp16 pair, d low */
 };
 
 template <int T>
@@ -129,7 +129,7 @@ __device__ __forceinline__ void ld_chunk(raw_chunk<T> &r, const uint8_t *w, cons
         const uint4 *p = (const uint4 *)(w + (size_t)c * (16 * NV));
 #pragma unroll
         for (int k = 0; k < NV; k++) r.v[k] = __ldg(p + k);
-        if constexpr (T == RL_Q4_0 || T == RL_Q8_0) r.d = __ldg((const unsigned short *)s + c);
+        if constexpr (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8) r.d = __ldg((const unsigned short *)s + c);
         if constexpr (T == RL_RQ2) r.d = __ldg((const unsigned int *)s + c);
     }
 }
@@ -177,6 +177,23 @@ __device__ __forceinline__ void dot2(const raw_chunk<T> *r, const float *xc, flo
         }
 #pragma unroll
         for (int i = 0; i < 2; i++) acc[i] += h2f((uint16_t)r[i].d) * (a0[i] + a1[i]);
+    } else if constexpr (T == RL_FP8) { /* e4m3x4's values, then * (d * E4M3_INV) per chunk */
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float4 xx = *(const float4 *)(xc + 4 * k);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float f[4];
+                e4m3x4(word(r[i].v[k / 4], k % 4), f);
+                a0[i] = fmaf(f[0], xx.x, a0[i]);
+                a1[i] = fmaf(f[1], xx.y, a1[i]);
+                a0[i] = fmaf(f[2], xx.z, a0[i]);
+                a1[i] = fmaf(f[3], xx.w, a1[i]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += __fmul_rn(bf2f(r[i].d), E4M3_INV) * (a0[i] + a1[i]);
     } else if constexpr (mv_tr<T>::NV > 0) { /* F32, F16, BF16: value j of the chunk is v(j) */
         float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
 #pragma unroll

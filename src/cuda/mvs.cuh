@@ -2,8 +2,8 @@
  * matvec) and the persistent decode kernel (persist.cu, every matvec of a token as phases of
  * one launch). Device code only.
  *
- * Weights of the plane types (Q4_0, Q8_0: a quant plane and an fp16 scale plane; F16, BF16:
- * rows) reach the lanes through a per-warp ring of D shared-memory stages filled by cp.async:
+ * Weights of the plane types (Q4_0, Q8_0, FP8: a quant plane and a 16-bit scale plane; F16,
+ * BF16: rows) reach the lanes through a per-warp ring of D shared-memory stages filled by cp.async:
  * a warp keeps D - 1 stages in flight while it computes the oldest one, and the stream runs on
  * across its work items, so the loads never stop between items.
  *
@@ -25,25 +25,26 @@
 
 /* The streamed types. */
 __host__ __device__ constexpr bool mvs_type(int T) {
-    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_F16 || T == RL_BF16;
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_F16 || T == RL_BF16;
 }
 
 /* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
  * sized so that a ring is 8-12 KB. */
 template <int T> struct mvs_tr {
     static constexpr int NV = mv_tr<T>::NV;                 /* 16-byte pieces per 32-value unit */
-    static constexpr bool S = T == RL_Q4_0 || T == RL_Q8_0; /* has a scale plane */
+    static constexpr bool S = T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8; /* has a scale plane */
     static constexpr int QB = 32 * 16 * NV;                 /* one row's quants of a stage */
     static constexpr int ROW = QB + (S ? 64 : 0);
     static constexpr int STAGE = 2 * ROW;
-    static constexpr int D = T == RL_Q4_0 ? 8 : T == RL_Q8_0 ? 4 : 3;
+    static constexpr int D = T == RL_Q4_0 ? 8 : (T == RL_Q8_0 || T == RL_FP8) ? 4 : 3;
     static constexpr int RING = D * STAGE; /* bytes of one warp's ring */
 };
 
 /* A warp's ring in bytes, for a type known at run time (0: not streamed). */
 __host__ __device__ constexpr size_t mvs_ring_bytes(int T) {
     return T == RL_Q4_0 ? mvs_tr<RL_Q4_0>::RING : T == RL_Q8_0 ? mvs_tr<RL_Q8_0>::RING
-         : T == RL_F16 ? mvs_tr<RL_F16>::RING : T == RL_BF16 ? mvs_tr<RL_BF16>::RING : 0;
+         : T == RL_FP8 ? mvs_tr<RL_FP8>::RING : T == RL_F16 ? mvs_tr<RL_F16>::RING
+         : T == RL_BF16 ? mvs_tr<RL_BF16>::RING : 0;
 }
 
 /* Shared memory before the rings: the staged input, rounded up to 16 bytes. */

@@ -52,6 +52,7 @@ int rl_deq_rows_launch(const rl_dmat *m, const int32_t *ids, int r0, int n, void
     case RL_BF16: return deq_rows_t<RL_BF16>(m, ids, r0, n, out, f16, st);
     case RL_Q4_0: return deq_rows_t<RL_Q4_0>(m, ids, r0, n, out, f16, st);
     case RL_Q8_0: return deq_rows_t<RL_Q8_0>(m, ids, r0, n, out, f16, st);
+    case RL_FP8: return deq_rows_t<RL_FP8>(m, ids, r0, n, out, f16, st);
     case RL_Q4_1: return deq_rows_t<RL_Q4_1>(m, ids, r0, n, out, f16, st);
     case RL_Q5_0: return deq_rows_t<RL_Q5_0>(m, ids, r0, n, out, f16, st);
     case RL_Q5_1: return deq_rows_t<RL_Q5_1>(m, ids, r0, n, out, f16, st);

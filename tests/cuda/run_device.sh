@@ -109,7 +109,7 @@ if has k; then
     say "== kernel tests"
     "$B/test_cuda" >>"$LOG" 2>&1
     rc=$?
-    row "| - | test_cuda (12 types x shapes x modes, argmax) | $(grep 'checks' "$LOG" | tail -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+    row "| - | test_cuda (13 types x shapes x modes, argmax) | $(grep 'checks' "$LOG" | tail -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
 fi
 
 IDS_SMALL="1 450 4996 310 263 931 29892 338 263 1243 310 278 15668 1788 29889 13 1576 1023 3 4 5 6 7 8 9 10 11 12 13 14 15 16"

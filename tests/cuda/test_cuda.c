@@ -111,7 +111,7 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
      * checked against the reference: RQ2's two code decoders (the integer dot, and the fp32
      * path's order, do not depend on the decoder), and for the plane types the streamed matvec
      * and the register-loaded one (the same per-lane unit order and dot functions) */
-    const bool streams = type == RL_F16 || type == RL_BF16 || type == RL_Q8_0 || type == RL_Q4_0;
+    const bool streams = type == RL_F16 || type == RL_BF16 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q4_0;
     const char *knob = type == RL_RQ2 ? "RL_CUDA_RQ2_LUT" : streams ? "RL_CUDA_MVS" : NULL;
     const char *val[2] = {type == RL_RQ2 ? "0" : "1", type == RL_RQ2 ? "1" : "0"};
     const char *name[2] = {type == RL_RQ2 ? " shift" : " streamed", type == RL_RQ2 ? " lut" : " registers"};
@@ -153,7 +153,7 @@ int main(void) {
         printf("test_cuda: no CUDA device, skipped\n");
         return 77;
     }
-    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_FP8, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
     /* the last: more work items than resident warps, so a streamed warp runs on across items */
     const size_t shapes[][2] = {{1, 256}, {77, 512}, {1000, 2048}, {256, 5632}, {12288, 1024}};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)

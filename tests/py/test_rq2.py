@@ -1,11 +1,11 @@
 """RQ2, rawloop's own 2-bit weight type, and `rawloop quantize --recipe FILE`.
 
 Oracles, all independent of the engine:
-  - the block layout as docs/FORMATS.md documents it, decoded in numpy (rq2_dequant below),
-    against `test_quant dequant RQ2` (the C reference decoder) on random blocks, and against
+  - the block layout as docs/FORMATS.md documents it, decoded in numpy (rq2_dequant in
+    rawloop_gguf.py), against `test_quant dequant RQ2` (the C reference decoder) on random blocks, and against
     the RQ2 blocks of a quantized model;
-  - a minimal GGUF reader written here (the gguf package refuses the file, which is tested), so
-    the tensors of a recipe-mixed file are read without rawloop; other types are dequantized by
+  - a minimal GGUF reader (rawloop_gguf.py; the gguf package refuses the file, which is
+    tested), so the tensors of a recipe-mixed file are read without rawloop; other types are dequantized by
     gguf.quants;
   - transformers: a LlamaForCausalLM loaded with exactly those dequantized weights gives the
     logits `rawloop logits --exact` must reproduce within 1e-3 (the bound of test_oracle.py).
@@ -13,23 +13,18 @@ Also the file-format rule (rawloop.format_version) and the recipe errors.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 import struct
 import subprocess
 
 import numpy as np
 import pytest
-import torch
 
 import gguf
-from gguf.quants import dequantize
 
 import oracle_models as om
 from conftest import BUILD, run_rawloop
-
-RQ2_ID = 1024
-KEY = "rawloop.format_version"
+from rawloop_gguf import KEY, dequant_tensor, hf_from_tensors, read_gguf, rq2_dequant, type_name
 
 # Dimensions all multiples of 64 (RQ2's block); hidden 256 fits Q4_K, ffn 320 does not, so a
 # Q4_K rule on ffn_down must fall back (to Q5_0, as llama.cpp) and say so.
@@ -51,116 +46,6 @@ output.weight           Q6_K
 """
 EXPECT = {"ffn_gate": "RQ2", "ffn_up": "RQ2", "ffn_down": "Q5_0", "attn_q": "Q4_K",
           "attn_k": "Q4_0", "attn_v": "Q8_0", "attn_output": "Q8_0"}
-
-
-# ---- the documented layout, in numpy -------------------------------------------------------------
-
-def rq2_dequant(raw: np.ndarray) -> np.ndarray:
-    """RQ2 blocks (uint8, 20 bytes each) -> float32 values, 64 per block: codes of weight j in
-    byte j/4 at bits 2*(j%4), then fp16 d, fp16 m; value = d*code + m."""
-    b = np.asarray(raw, dtype=np.uint8).reshape(-1, 20)
-    codes = (b[:, :16, None] >> np.array([0, 2, 4, 6], dtype=np.uint8)) & 3   # [nb, 16, 4]
-    codes = codes.reshape(-1, 64).astype(np.float32)
-    d = b[:, 16:18].copy().view("<f2").astype(np.float32)
-    m = b[:, 18:20].copy().view("<f2").astype(np.float32)
-    return (d * codes + m).reshape(-1)   # float32 products and sums, as the C reference
-
-
-# ---- a minimal GGUF reader (the gguf package refuses rawloop's types) -----------------------------
-
-_SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",
-           11: "<q", 12: "<d"}
-
-
-def read_gguf(path):
-    """(kvs {key: (type, value, value_offset)}, tensors {name: (type, ne, raw bytes)})."""
-    data = pathlib_bytes(path)
-    pos = 0
-
-    def take(fmt):
-        nonlocal pos
-        v = struct.unpack_from(fmt, data, pos)[0]
-        pos += struct.calcsize(fmt)
-        return v
-
-    def string():
-        nonlocal pos
-        n = take("<Q")
-        s = data[pos:pos + n].decode()
-        pos += n
-        return s
-
-    def value(t):
-        if t == 8:
-            return string()
-        if t == 9:
-            et, n = take("<I"), take("<Q")
-            return [value(et) for _ in range(n)]
-        return take(_SCALAR[t])
-
-    assert data[:4] == b"GGUF"
-    pos = 4
-    assert take("<I") == 3
-    nt, nkv = take("<Q"), take("<Q")
-    kvs = {}
-    for _ in range(nkv):
-        k = string()
-        t = take("<I")
-        off = pos
-        kvs[k] = (t, value(t), off)
-    infos = []
-    for _ in range(nt):
-        name = string()
-        nd = take("<I")
-        ne = [take("<Q") for _ in range(nd)]
-        infos.append((name, ne, take("<I"), take("<Q")))
-    align = kvs.get("general.alignment", (4, 32, 0))[1]
-    base = (pos + align - 1) // align * align
-    tensors = {}
-    for name, ne, t, off in infos:
-        if t == RQ2_ID:
-            blck, size = 64, 20
-        else:
-            blck, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(t)]
-        nbytes = ne[0] // blck * size * int(np.prod(ne[1:], dtype=np.int64))
-        tensors[name] = (t, ne, np.frombuffer(data, np.uint8, nbytes, base + off))
-    return kvs, tensors
-
-
-def pathlib_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def dequant_tensor(t, ne, raw):
-    """float32 array in numpy order (rows, cols) from the raw bytes of one tensor."""
-    if t == RQ2_ID:
-        vals = rq2_dequant(raw)
-    else:
-        qt = gguf.GGMLQuantizationType(t)
-        vals = dequantize(raw.reshape(-1, gguf.GGML_QUANT_SIZES[qt][1]), qt).reshape(-1)
-    return np.asarray(vals, dtype=np.float32).reshape(tuple(reversed(ne)))
-
-
-def type_name(t):
-    return "RQ2" if t == RQ2_ID else gguf.GGMLQuantizationType(t).name
-
-
-def hf_from_tensors(tensors, spec):
-    """A fresh HF model holding exactly the dequantized tensors (Q/K un-permuted for llama)."""
-    model = om._empty_hf_model(spec)
-    sd = model.state_dict()
-    with torch.no_grad():
-        for name in sd:
-            if name.endswith("rotary_emb.inv_freq"):
-                continue
-            g = om._hf_to_gguf_name(name)
-            arr = dequant_tensor(*tensors[g])
-            if g.endswith(("attn_q.weight", "attn_k.weight")):
-                kv = spec.n_heads if g.endswith("attn_q.weight") else spec.n_kv_heads
-                arr = om.unpermute_qk(arr, spec.n_heads, kv)
-            sd[name].copy_(torch.from_numpy(np.array(arr, dtype=np.float32)))
-    return model
 
 
 def logits(path, tmp_path, exact):
@@ -271,11 +156,11 @@ def test_format_version_rule(files, tmp_path):
            r"'rawloop.format_version' must be UINT32, found INT32")
 
     def unknown_id(d):
-        # the first RQ2 tensor's type id -> 1025, an id this build does not know
+        # the first RQ2 tensor's type id -> 2047: in rawloop's range, unknown to this build
         tinfo = bytes(d).index(b"blk.0.ffn_gate.weight") + len("blk.0.ffn_gate.weight")
         nd = struct.unpack_from("<I", d, tinfo)[0]
-        struct.pack_into("<I", d, tinfo + 4 + 8 * nd, 1025)
-    refuse(_patched(files, tmp_path, "id.gguf", unknown_id), r"rawloop type id 1025 is unknown")
+        struct.pack_into("<I", d, tinfo + 4 + 8 * nd, 2047)
+    refuse(_patched(files, tmp_path, "id.gguf", unknown_id), r"rawloop type id 2047 is unknown")
     # the untouched file loads
     run_rawloop("logits", "-m", files["mix"], "--ids", "1 2", "-o", tmp_path / "l.bin")
 

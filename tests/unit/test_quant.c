@@ -23,7 +23,7 @@
 #endif
 
 static const uint32_t k_types[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0,
-                                   RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+                                   RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2,  RL_FP8};
 #define NTYPES (sizeof k_types / sizeof k_types[0])
 
 /* ---- deterministic random numbers ------------------------------------------------------- */
@@ -71,6 +71,7 @@ static void random_row(uint32_t type, uint8_t *w, size_t n) {
         case RL_Q4_K: case RL_Q5_K: put_f16(b, sc * 0.1f); put_f16(b + 2, sc * 0.1f); break;
         case RL_Q6_K: put_f16(b + 208, sc * 0.05f); break;
         case RL_RQ2: put_f16(b + 16, sc); put_f16(b + 18, -1.5f * sc + 0.01f * rndf()); break;
+        case RL_FP8: { uint16_t h = rl_f32_to_bf16(sc / 64); memcpy(b, &h, 2); break; } /* codes: any byte */
         }
     }
 }
@@ -194,14 +195,14 @@ static void test_f16_arm64(void) {
 
 static void test_roundtrip(void) {
     /* Relative rms error allowed for gaussian data, generous against the expected values
-     * (Q8_0 ~0.5%, Q5_K ~3.4%, Q5_1 3.6%, Q5_0 4.1%, Q4 ~7-8%, RQ2 ~31%) except Q6_K: its searched sub-block scales
+     * (Q8_0 ~0.5%, FP8 ~2.3%, Q5_K ~3.4%, Q5_1 3.6%, Q5_0 4.1%, Q4 ~7-8%, RQ2 ~31%) except Q6_K: its searched sub-block scales
      * (llama.cpp's search, which minimises an x^2-weighted error, not this plain rms) give 1.74%
      * where the plain "largest value to -32" fit gave 1.84%, and the bound sits between the two
      * so that losing the search fails here. */
     const struct { uint32_t type; double tol; } cases[] = {
         {RL_F32, 0}, {RL_F16, 1e-3}, {RL_BF16, 5e-3}, {RL_Q8_0, 0.008}, {RL_Q6_K, 0.0175},
         {RL_Q5_K, 0.045}, {RL_Q4_K, 0.09}, {RL_Q4_0, 0.12}, {RL_Q4_1, 0.09}, {RL_Q5_0, 0.05}, {RL_Q5_1, 0.045},
-        {RL_RQ2, 0.33},
+        {RL_RQ2, 0.33}, {RL_FP8, 0.03},
     };
     enum { N = 4096 };
     static float x[N], y[N];
@@ -515,7 +516,7 @@ static void test_rq2(void) {
           "RQ2 computable / rawloop id");
     CHECK(rl_type_from_name("rq2") == RL_RQ2 && rl_type_from_name("Q4_k") == RL_Q4_K &&
           rl_type_from_name("Q2_K") == UINT32_MAX && rl_type_from_name("") == UINT32_MAX, "type names");
-    CHECK(rl_type_get(RL_RQ2 + 1) == NULL && rl_type_get(RL_RAWLOOP_TYPE_BASE - 1) == NULL, "ids around RQ2");
+    CHECK(rl_type_get(RL_RAWLOOP_TYPE_END) == NULL && rl_type_get(RL_RAWLOOP_TYPE_BASE - 1) == NULL, "ids around RQ2");
     CHECK(rl_row_bytes(RL_RQ2, 320) == 100 && rl_row_bytes(RL_RQ2, 96) == 0, "RQ2 row bytes");
 
     /* the table decoder equals the bit layout for every byte */
@@ -735,6 +736,69 @@ static void test_q4_1(void) {
     CHECK(bad_e == 0 && bad_f == 0, "Q4_1 reference matmul off the float64 dot: exact %d, fast %d rows", bad_e, bad_f);
 }
 
+/* ---- FP8 ----------------------------------------------------------------------------------- */
+
+/* e4m3 by its definition, written apart from src/quant.c's: sign, exponent e (bias 7), mantissa m;
+ * e = 0 is subnormal. */
+static double e4m3_def(int c) {
+    int e = (c >> 3) & 15, m = c & 7;
+    double v = e ? (1 + m / 8.0) * pow(2, e - 7) : m / 8.0 * pow(2, -6);
+    return c & 0x80 ? -v : v;
+}
+
+static void test_fp8(void) {
+    CHECK(rl_type_get(RL_FP8) && rl_type_get(RL_FP8)->blck == 32 && rl_type_get(RL_FP8)->size == 34 &&
+              rl_row_bytes(RL_FP8, 320) == 340 && rl_type_computable(RL_FP8) && rl_type_is_rawloop(RL_FP8) &&
+              rl_type_fp32_act(RL_FP8) && !rl_type_is_float(RL_FP8) && rl_type_from_name("fp8") == RL_FP8,
+          "FP8 geometry, name, activation path");
+    CHECK(rl_type_get(RL_FP8 + 1) == NULL, "no type after FP8");
+    int bad = 0;
+    for (int c = 0; c < 256; c++) bad += (double)rl_e4m3_to_f32((uint8_t)c) != e4m3_def(c);
+    CHECK(bad == 0, "e4m3 decode differs from the definition at %d codes", bad);
+    CHECK(rl_e4m3_to_f32(0x7e) == 448.0f && rl_e4m3_to_f32(0x01) == 0x1p-9f && rl_e4m3_to_f32(0x7f) == 480.0f,
+          "e4m3 448 / 2^-9 / 0x7f");
+
+    /* every finite code survives a round trip: blocks whose largest value is 448 * d (d a power
+     * of two, exact in bf16) hold d * e4m3(c) for all 254 codes */
+    enum { NB = 9 };
+    static float x[32 * NB], y[32 * NB];
+    static uint8_t q[34 * NB];
+    const float d = 0x1p-5f;
+    int next = 0;
+    for (int i = 0; i < 32 * NB; i++) {
+        int c = i % 32 == 0 ? 0x7e : next < 256 ? next++ : 0x38;
+        if ((c & 0x7f) == 0x7f) c = next < 256 ? next++ : 0x38;
+        x[i] = d * (float)e4m3_def(c);
+    }
+    rl_quant_row(RL_FP8, x, q, 32 * NB);
+    rl_dequant_row(RL_FP8, q, y, 32 * NB);
+    bad = 0;
+    for (int i = 0; i < 32 * NB; i++) bad += memcmp(&x[i], &y[i], 4) != 0;
+    CHECK(bad == 0 && next == 256, "FP8 on-grid values off at %d places (codes covered to %d)", bad, next);
+
+    /* ties go to the even code; past 448 * d saturates (never 0x7f); a block of 1e-30 keeps its
+     * values (a bf16 scale, not fp16) */
+    for (int i = 0; i < 32; i++) x[i] = 0;
+    x[0] = 448.0f;          /* d = 1 */
+    x[1] = 1.0625f;         /* between 1 (0x38) and 1.125 (0x39): 0x38 */
+    x[2] = 1.1875f;         /* between 1.125 and 1.25 (0x3a): 0x3a */
+    x[3] = -3 * 0x1p-10f;   /* between subnormals 2^-9 (1) and 2^-8 (2): 2, negative */
+    x[4] = 447.0f;          /* nearer 448 than 416 */
+    rl_quant_row(RL_FP8, x, q, 32);
+    CHECK(q[0] == 0x80 && q[1] == 0x3f && q[2 + 0] == 0x7e && q[2 + 1] == 0x38 && q[2 + 2] == 0x3a &&
+              q[2 + 3] == 0x82 && q[2 + 4] == 0x7e,
+          "FP8 block: d %02x%02x codes %02x %02x %02x %02x %02x", q[1], q[0], q[2], q[3], q[4], q[5], q[6]);
+    for (int i = 0; i < 32; i++) x[i] = 1e-30f * (float)(i - 16);
+    rl_quant_row(RL_FP8, x, q, 32);
+    rl_dequant_row(RL_FP8, q, y, 32);
+    double e2 = 0, x2 = 0;
+    for (int i = 0; i < 32; i++) {
+        e2 += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+        x2 += (double)x[i] * x[i];
+    }
+    CHECK(sqrt(e2 / x2) < 0.05, "FP8 block of 1e-30 values: rms error %.3g", sqrt(e2 / x2));
+}
+
 /* Checked bit for bit where one result is one block's term: with one-hot activations (column s
  * is 1 at index s, 0 elsewhere) the exact path must return the value rl_dequant_row gives (every
  * SIMD build claims a bit-identical dequantization), and on NEON the fast path the reference's
@@ -747,7 +811,7 @@ static void test_onehot(void) {
 #else
     const int fast_checked = 0;
 #endif
-    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K};
+    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_FP8};
     enum { R = 5, N = 256 };
     static float x[N * N], y[N * R], yr[N * R], wrow[N * R];
     static rl_q8a xq[N * (N / RL_QK)];
@@ -956,6 +1020,7 @@ int main(int argc, char **argv) {
     test_rq2();
     test_q5();
     test_q4_1();
+    test_fp8();
     test_weighted();
     test_onehot();
     test_simd_selected();
