@@ -125,6 +125,7 @@ static void fill(uint32_t type, mat *mt) {
     for (size_t b = 0; b < nb; b++) {
         uint16_t h = rl_f32_to_f16(0.01f);
         if (type == RL_F16) h = rl_f32_to_f16((float)(rnd() % 1000) * 1e-3f - 0.5f);
+        if (type == RL_FP8) h = rl_f32_to_bf16(0.01f);
         memcpy(w + b * ti->size + off, &h, 2);
         if (type == RL_Q4_K || type == RL_Q4_1 || type == RL_Q5_1) memcpy(w + b * ti->size + 2, &h, 2); /* dmin / m */
     }
@@ -152,7 +153,7 @@ static void bench_type(uint32_t type, bool packed, double secs) {
     rl_q8a *xq = malloc(rl_q8a_row_bytes(nmax) * Smax);
     float *y = malloc(sizeof(float) * Smax * 32000);
     for (size_t i = 0; i < Smax * nmax; i++) x[i] = (float)(rnd() % 2001) * 1e-3f - 1.0f;
-    bool fast = type != RL_F16 && type != RL_F32 && type != RL_BF16;
+    bool fast = !rl_type_fp32_act(type);
 
     for (int nt = 1; nt <= MAXT; nt++) {
         pool p;
@@ -260,7 +261,7 @@ int main(int argc, char **argv) {
     /* optional filter: build/bench_mm SECS TYPE[x8] runs one case (e.g. Q4_0x8) and no stream probe */
     const char *only = argc > 2 ? argv[2] : NULL;
     if (!only) bench_stream();
-    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q6_K, RL_F16};
+    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q6_K, RL_F16, RL_FP8};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         for (int pk = 0; pk < 2; pk++) {
             if (pk && !rl_pack_supported(types[i], 2048, 2048)) continue;
