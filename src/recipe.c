@@ -11,17 +11,20 @@
 /* general.file_type values are llama.cpp's llama_ftype: Q4_K and Q5_K are its Q4_K_S / Q5_K_S
  * numbers (the nearest "mostly" type); the _M ones are 15 and 17. */
 static const rl_ftype k_ftypes[] = {
-    {"F32", RL_F32, false, 0},    {"F16", RL_F16, false, 1},    {"BF16", RL_BF16, false, 32},
-    {"Q8_0", RL_Q8_0, false, 7},  {"Q4_0", RL_Q4_0, false, 2},  {"Q4_1", RL_Q4_1, false, 3},
-    {"Q5_0", RL_Q5_0, false, 8},
-    {"Q5_1", RL_Q5_1, false, 9},  {"Q4_K", RL_Q4_K, false, 14}, {"Q5_K", RL_Q5_K, false, 16},
-    {"Q6_K", RL_Q6_K, false, 18}, {"Q4_K_M", RL_Q4_K, true, 15}, {"Q5_K_M", RL_Q5_K, true, 17},
+    {"F32", RL_F32, RL_MIX_NONE, 0},     {"F16", RL_F16, RL_MIX_NONE, 1},
+    {"BF16", RL_BF16, RL_MIX_NONE, 32},  {"Q8_0", RL_Q8_0, RL_MIX_NONE, 7},
+    {"Q4_0", RL_Q4_0, RL_MIX_NONE, 2},   {"Q4_1", RL_Q4_1, RL_MIX_NONE, 3},
+    {"Q5_0", RL_Q5_0, RL_MIX_NONE, 8},   {"Q5_1", RL_Q5_1, RL_MIX_NONE, 9},
+    {"Q4_K", RL_Q4_K, RL_MIX_NONE, 14},  {"Q5_K", RL_Q5_K, RL_MIX_NONE, 16},
+    {"Q6_K", RL_Q6_K, RL_MIX_NONE, 18},  {"Q4_K_S", RL_Q4_K, RL_MIX_S, 14},
+    {"Q4_K_M", RL_Q4_K, RL_MIX_M, 15},   {"Q5_K_S", RL_Q5_K, RL_MIX_NONE, 16},
+    {"Q5_K_M", RL_Q5_K, RL_MIX_M, 17},
 };
 
 /* rawloop's own file types: kept apart from llama.cpp's list, whose numbers they do not use */
 static const rl_ftype k_rawloop_ftypes[] = {
-    {"RQ2", RL_RQ2, false, RL_FILE_TYPE_RAWLOOP},
-    {"FP8", RL_FP8, false, RL_FILE_TYPE_RAWLOOP},
+    {"RQ2", RL_RQ2, RL_MIX_NONE, RL_FILE_TYPE_RAWLOOP},
+    {"FP8", RL_FP8, RL_MIX_NONE, RL_FILE_TYPE_RAWLOOP},
 };
 
 const rl_ftype *rl_ftype_find(const char *name) {
@@ -97,12 +100,13 @@ int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const
         if (!c->pure && !rl_type_is_float(t) && !rl_type_is_rawloop(t)) {
             bool head = !strcmp(name, "output.weight") ||
                         (!c->has_output && !strcmp(name, "token_embd.weight"));
-            long l = layer_of(name, "attn_v.weight");
-            if (l < 0) l = layer_of(name, "ffn_down.weight");
+            const long v = layer_of(name, "attn_v.weight"), l = v >= 0 ? v : layer_of(name, "ffn_down.weight");
             if (head)
                 t = head_type(t, ne[0]);
-            else if (ft->mix_m && l >= 0 && rl_recipe_more_bits((size_t)l, c->n_layer))
+            else if (ft->mix == RL_MIX_M && l >= 0 && rl_recipe_more_bits((size_t)l, c->n_layer))
                 t = RL_Q6_K;
+            else if (ft->mix == RL_MIX_S && l >= 0 && (v >= 0 ? v < 4 : (size_t)l < c->n_layer / 8))
+                t = RL_Q5_K;
         }
         /* a 2-bit embedding (and tied head) loses too much; FP8 keeps its own 8 bits */
         if (t == RL_RQ2 && !c->pure && !strcmp(name, "token_embd.weight")) t = RL_Q8_0;
@@ -262,6 +266,6 @@ uint32_t rl_recipe_file_type(const rl_recipe_rules *r) {
         }
     }
     for (size_t i = 0; i < sizeof k_ftypes / sizeof *k_ftypes; i++)
-        if (k_ftypes[i].base == t && !k_ftypes[i].mix_m) return k_ftypes[i].file_type;
+        if (k_ftypes[i].base == t && k_ftypes[i].mix == RL_MIX_NONE) return k_ftypes[i].file_type;
     return 1;
 }

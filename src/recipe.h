@@ -13,11 +13,16 @@
 
 #include "err.h"
 
+/* llama.cpp's per-layer bumps (llama_tensor_get_type, dense models): _M: attn_v and ffn_down of
+ * the more_bits layers in Q6_K; Q4_K_S: attn_v of layers 0-3 and ffn_down of the first n/8
+ * layers in Q5_K. */
+enum rl_mix { RL_MIX_NONE, RL_MIX_M, RL_MIX_S };
+
 /* A file type: a plain tensor type for every matrix, or a llama.cpp-style mix. */
 typedef struct rl_ftype {
     const char *name;   /* "Q4_K_M" */
     uint32_t base;      /* type of the matrices the recipe does not single out (enum rl_type) */
-    bool mix_m;         /* Q*_K_M: attn_v/ffn_down of more_bits layers in Q6_K (the head rule is
+    uint8_t mix;        /* which attn_v/ffn_down get more bits (enum rl_mix; the head rule is
                            every quantized file type's) */
     uint32_t file_type; /* general.file_type value (llama.cpp's llama_ftype) */
 } rl_ftype;
@@ -90,7 +95,9 @@ typedef struct rl_recipe_choice {
  *  - output.weight (or token_embd.weight when there is no output.weight) in every quantized
  *    llama.cpp file type unless pure, as llama.cpp does: Q8_0 when ne[0] is not a multiple of
  *    the file type's block, else Q6_K (a Q8_0 file keeps Q8_0);
- *    blk.N.attn_v / blk.N.ffn_down in Q6_K on more_bits layers for the _M recipes;
+ *    blk.N.attn_v / blk.N.ffn_down in Q6_K on more_bits layers for the _M recipes; for
+ *    Q4_K_S attn_v of layers 0-3 and ffn_down of layers below n_layer / 8 in Q5_K (Q5_K_S has
+ *    no bumps: it is Q5_K with the head rule);
  *    token_embd.weight in Q8_0 for RQ2 unless pure (the rows it looks up, and the output
  *    head when tied, lose too much at 2 bits);
  *    everything else (token_embd included) in the base type;

@@ -80,6 +80,43 @@ static void test_tinyllama(void) {
     check_tinyllama("F32", RL_F32, false, false);
 }
 
+/* Q4_K_S on TinyLlama's 22 layers: attn_v of layers 0-3 and ffn_down of layers 0-1 (22 / 8 = 2)
+ * in Q5_K (llama_tensor_get_type: i_attention_wv < 4, i_layer < n_layer / 8), head Q6_K,
+ * everything else Q4_K. Q5_K_S: plain Q5_K with the head rule, file type 16 as Q5_K. */
+static void test_k_s(void) {
+    rl_recipe_ctx c = {rl_ftype_find("q4_k_s"), N_LAYER, true, false};
+    CHECK(c.ft && c.ft->file_type == 14 && c.ft->base == RL_Q4_K, "Q4_K_S known, file type 14");
+    if (!c.ft) return;
+    size_t n_v = 0, n_down = 0;
+    for (size_t l = 0; l < N_LAYER; l++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "blk.%zu.attn_v.weight", l);
+        uint32_t v = ty(&c, nm, 2, 2048, 256);
+        CHECK(v == (l < 4 ? RL_Q5_K : RL_Q4_K), "Q4_K_S %s: %s", nm, rl_type_name(v));
+        n_v += v == RL_Q5_K;
+        snprintf(nm, sizeof nm, "blk.%zu.ffn_down.weight", l);
+        uint32_t d = ty(&c, nm, 2, 5632, 2048);
+        CHECK(d == (l < 2 ? RL_Q5_K : RL_Q4_K), "Q4_K_S %s: %s", nm, rl_type_name(d));
+        n_down += d == RL_Q5_K;
+        snprintf(nm, sizeof nm, "blk.%zu.attn_q.weight", l);
+        CHECK(ty(&c, nm, 2, 2048, 2048) == RL_Q4_K, "Q4_K_S %s", nm);
+        snprintf(nm, sizeof nm, "blk.%zu.ffn_up.weight", l);
+        CHECK(ty(&c, nm, 2, 2048, 5632) == RL_Q4_K, "Q4_K_S %s", nm);
+    }
+    CHECK(n_v == 4 && n_down == 2, "Q4_K_S bumps: %zu attn_v, %zu ffn_down", n_v, n_down);
+    CHECK(ty(&c, "output.weight", 2, 2048, 32000) == RL_Q6_K, "Q4_K_S head");
+    CHECK(ty(&c, "token_embd.weight", 2, 2048, 32000) == RL_Q4_K, "Q4_K_S token_embd");
+    CHECK(ty(&c, "blk.0.attn_v.weight", 2, 320, 64) == RL_Q5_1, "Q4_K_S bump falls back as Q5_K");
+    c.pure = true;
+    CHECK(ty(&c, "blk.0.attn_v.weight", 2, 2048, 256) == RL_Q4_K, "pure Q4_K_S: no bump");
+    c.pure = false;
+    c.n_layer = 32; /* 32 / 8 = 4 ffn_down layers */
+    CHECK(ty(&c, "blk.3.ffn_down.weight", 2, 11008, 4096) == RL_Q5_K &&
+              ty(&c, "blk.4.ffn_down.weight", 2, 11008, 4096) == RL_Q4_K, "Q4_K_S ffn_down at 32 layers");
+    check_tinyllama("Q5_K_S", RL_Q5_K, false, false);
+    CHECK(rl_ftype_find("Q5_K_S")->file_type == 16, "Q5_K_S file type 16");
+}
+
 static void test_more_bits(void) {
     /* n = 32 (Llama-2-7B): first 4, last 4 (28..31), every third from 4: 6, 9, ..., 27 */
     static const int want32[] = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31};
@@ -160,7 +197,7 @@ static void test_table(void) {
     /* llama_ftype numbers readers use to label the file */
     static const struct { const char *n; uint32_t v; } ft[] = {
         {"F32", 0}, {"F16", 1}, {"Q4_0", 2}, {"Q4_1", 3}, {"Q8_0", 7}, {"Q5_0", 8}, {"Q5_1", 9},
-        {"Q4_K", 14}, {"Q4_K_M", 15},
+        {"Q4_K", 14}, {"Q4_K_S", 14}, {"Q4_K_M", 15}, {"Q5_K_S", 16},
         {"Q5_K", 16}, {"Q5_K_M", 17}, {"Q6_K", 18}, {"BF16", 32}};
     for (size_t i = 0; i < sizeof ft / sizeof *ft; i++) {
         const rl_ftype *f = rl_ftype_find(ft[i].n);
@@ -212,6 +249,7 @@ static void test_gpu_types(void) {
 int main(void) {
     test_gpu_types();
     test_tinyllama();
+    test_k_s();
     test_more_bits();
     test_tied_and_fallback();
     test_table();
