@@ -135,7 +135,7 @@ static int knob(const char *name, int def, int lo, int hi, int *out, rl_err *e) 
 static int mv_warps_for(size_t n_embd) { return n_embd >= 4096 ? 16 : 8; }
 
 /* Which weight types decoding's matvec streams (mvs.cu) when RL_CUDA_MVS is unset: 1 all the
- * plane types, 2 Q4_0, Q8_0 and FP8 only (FP8's ring is Q8_0's). With PDL on the streamed launches (H200, tg128,
+ * plane types, 2 the 8-bit-or-less ones only (Q4_0, Q8_0, FP8, RQ2). With PDL on the streamed launches (H200, tg128,
  * docs/PERF.md v2.4): TinyLlama F16 +15% streamed, Llama-2-7B F16 -8% (its 16-bit rings leave
  * 13-16 warps per SM where the register kernel has 32); Q4_0/Q8_0 gain at both sizes. */
 static int mvs_for(size_t n_embd) { return n_embd >= 4096 ? 2 : 1; }

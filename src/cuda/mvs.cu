@@ -1,5 +1,5 @@
 /* Streamed matvec (v2.4): decoding's matvec for the weight types stored as planes (Q4_0, Q8_0,
- * F16, BF16), one launch per matvec; the device code and its layout are in mvs.cuh.
+ * FP8, RQ2, F16, BF16), one launch per matvec; the device code and its layout are in mvs.cuh.
  *
  * Why: mv_kernel (matvec.cu) loads U units of both rows into registers, waits for them,
  * computes, and loads again: each warp alternates between waiting for memory and computing,
@@ -37,6 +37,7 @@ static mvs_fn mvs_kernel_for(uint32_t type, bool glu, bool q8) {
     case RL_Q4_0: return mvs_pick<RL_Q4_0>(glu, q8);
     case RL_Q8_0: return mvs_pick<RL_Q8_0>(glu, q8);
     case RL_FP8: return mvs_pick<RL_FP8>(glu, q8);
+    case RL_RQ2: return mvs_pick<RL_RQ2>(glu, q8);
     case RL_F16: return mvs_pick<RL_F16>(glu, q8);
     default: return mvs_pick<RL_BF16>(glu, q8);
     }
@@ -55,7 +56,7 @@ static size_t mvs_smem_limit(mvs_fn f) {
 }
 
 int rl_mvs_prepare(void) {
-    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_FP8, RL_F16, RL_BF16};
+    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_FP8, RL_RQ2, RL_F16, RL_BF16};
     for (uint32_t t : types)
         for (int g = 0; g < 2; g++)
             for (int q = 0; q < 2; q++) {
@@ -75,7 +76,9 @@ bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     const uint32_t type = a->seg[0].w.type;
     const bool glu = a->mode == RL_MV_GLU;
     if (!k->mvs || a->ns > 1 || !mvs_type((int)type) || a->n % 64 != 0) return false;
-    if (k->mvs == 2 && type != RL_Q4_0 && type != RL_Q8_0 && type != RL_FP8) return false; /* 8-bit rings or less */
+    if (k->mvs == 2 && type != RL_Q4_0 && type != RL_Q8_0 && type != RL_FP8 && type != RL_RQ2)
+        return false; /* 8-bit rings or less */
+    if (type == RL_RQ2 && k->rq2_lut) return false; /* the table decoder stays in the register kernel */
     for (int i = 0; i < (glu ? 2 : a->nseg); i++) {
         const rl_dmat &m = a->seg[i].w;
         if (m.type != type || !aligned(m.q, m.q_row, 16) || (m.s && !aligned(m.s, m.s_row, 4))) return false;

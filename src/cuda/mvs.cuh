@@ -2,8 +2,8 @@
  * matvec) and the persistent decode kernel (persist.cu, every matvec of a token as phases of
  * one launch). Device code only.
  *
- * Weights of the plane types (Q4_0, Q8_0, FP8: a quant plane and a 16-bit scale plane; F16,
- * BF16: rows) reach the lanes through a per-warp ring of D shared-memory stages filled by cp.async:
+ * Weights of the plane types (Q4_0, Q8_0, FP8: a quant plane and a 16-bit scale plane; RQ2:
+ * 16 code bytes per 64-value unit and a (d, m) plane of 4 bytes per unit; F16, BF16: rows) reach the lanes through a per-warp ring of D shared-memory stages filled by cp.async:
  * a warp keeps D - 1 stages in flight while it computes the oldest one, and the stream runs on
  * across its work items, so the loads never stop between items.
  *
@@ -14,9 +14,10 @@
  *
  * Stage j of an item: units 32j .. 32j + 31 of its two rows, per row 32 * 16 * NV bytes of
  * quants (copied as contiguous 16-byte pieces, so each copy instruction of the warp covers 512
- * contiguous bytes) and, with a scale plane, the 64 bytes of the 32 units' fp16 scales (16
- * lanes x 4 bytes). A lane reads back its own unit's pieces; the pieces are stored XOR-swizzled
- * so that a quarter-warp's 16-byte reads of units NV pieces apart hit 8 distinct bank groups.
+ * contiguous bytes) and, with a scale plane, the 64 bytes of the 32 units' 16-bit scales (16
+ * lanes x 4 bytes; RQ2: 128 bytes of (d, m) pairs, 32 lanes x 4). A lane reads back its own
+ * unit's pieces; the pieces are stored XOR-swizzled so that a quarter-warp's 16-byte reads of
+ * units NV pieces apart hit 8 distinct bank groups.
  * (Wider stages, several units per lane, were measured slower: docs/PERF.md v2.4.) */
 #ifndef RL_CUDA_MVS_CUH
 #define RL_CUDA_MVS_CUH
@@ -25,25 +26,26 @@
 
 /* The streamed types. */
 __host__ __device__ constexpr bool mvs_type(int T) {
-    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_F16 || T == RL_BF16;
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_F16 || T == RL_BF16;
 }
 
 /* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
  * sized so that a ring is 8-12 KB. */
 template <int T> struct mvs_tr {
-    static constexpr int NV = mv_tr<T>::NV;                 /* 16-byte pieces per 32-value unit */
-    static constexpr bool S = T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8; /* has a scale plane */
+    static constexpr int NV = mv_tr<T>::NV; /* 16-byte pieces per unit (mv_tr CW values: 32, RQ2 64) */
+    static constexpr bool S = T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2; /* has a scale plane */
+    static constexpr int SB = T == RL_RQ2 ? 4 : 2;          /* scale-plane bytes per unit (RQ2: d, m) */
     static constexpr int QB = 32 * 16 * NV;                 /* one row's quants of a stage */
-    static constexpr int ROW = QB + (S ? 64 : 0);
+    static constexpr int ROW = QB + (S ? 32 * SB : 0);
     static constexpr int STAGE = 2 * ROW;
-    static constexpr int D = T == RL_Q4_0 ? 8 : (T == RL_Q8_0 || T == RL_FP8) ? 4 : 3;
+    static constexpr int D = (T == RL_Q4_0 || T == RL_RQ2) ? 8 : (T == RL_Q8_0 || T == RL_FP8) ? 4 : 3;
     static constexpr int RING = D * STAGE; /* bytes of one warp's ring */
 };
 
 /* A warp's ring in bytes, for a type known at run time (0: not streamed). */
 __host__ __device__ constexpr size_t mvs_ring_bytes(int T) {
     return T == RL_Q4_0 ? mvs_tr<RL_Q4_0>::RING : T == RL_Q8_0 ? mvs_tr<RL_Q8_0>::RING
-         : T == RL_FP8 ? mvs_tr<RL_FP8>::RING : T == RL_F16 ? mvs_tr<RL_F16>::RING
+         : T == RL_FP8 ? mvs_tr<RL_FP8>::RING : T == RL_RQ2 ? mvs_tr<RL_RQ2>::RING : T == RL_F16 ? mvs_tr<RL_F16>::RING
          : T == RL_BF16 ? mvs_tr<RL_BF16>::RING : 0;
 }
 
@@ -103,7 +105,7 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
         ring = ring_;
         rs = (uint32_t)__cvta_generic_to_shared(ring_);
         s_off = 0;
-        nu = a->n / 32;
+        nu = a->n / mv_tr<T>::CW;
         J = (nu + 31) / 32;
         G = n_warps;
         items = mv_items(*a, GLU);
@@ -126,9 +128,10 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
                 for (int q = 0; q < NV; q++) { /* piece P = 32q + lane is in unit P / NV of the step */
                     if ((32 * q + lane) / NV < left) cp16(ru + 16 * swz<NV>(32 * q + lane), gq[i] + 512 * q);
                 }
-                if (TR::S && lane < 16 && 2 * lane < left) cp4(ru + TR::QB + 4 * lane, gs[i]);
+                /* the units' scales in 4-byte pieces: lane l copies units (4 / SB) l .. */
+                if (TR::S && lane < 8 * TR::SB && 4 / TR::SB * lane < left) cp4(ru + TR::QB + 4 * lane, gs[i]);
                 gq[i] += 512 * NV;
-                if (TR::S) gs[i] += 64;
+                if (TR::S) gs[i] += 32 * TR::SB;
             }
             left -= 32;
             if (++ij == J) {
@@ -149,10 +152,11 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
     /* xs: the block's staging area (mvs_x_bytes(n, Q8)), red: 32 doubles of shared scratch. */
     __device__ __forceinline__ void run(float *xs, double *red) {
         const int n = a->n, lane = threadIdx.x & 31;
-        mv_stage<0, Q8, 8, CG>(*a, a->x, xs, red);
+        /* RQ2's 8-bit plane in the shift decoder's layout (the table decoder is not streamed) */
+        mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, CG>(*a, a->x, xs, red);
         const int8_t *xq = (const int8_t *)((const char *)xs + xs_f32_bytes(n));
         const float *xd = (const float *)(xq + n);
-        const int *xsum = (const int *)(xd + nu);
+        const int *xsum = (const int *)(xd + n / 32);
         const int pos = a->io ? a->io->pos : 0;
         int p = p0, j = 0;
         mv_task t;
@@ -171,9 +175,13 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
                     const uint8_t *ru = st + i * TR::ROW;
 #pragma unroll
                     for (int q = 0; q < NV; q++) r[i].v[q] = *(const uint4 *)(ru + 16 * swz<NV>(lane * NV + q));
-                    if constexpr (TR::S) r[i].d = *(const uint16_t *)(ru + TR::QB + 2 * lane);
+                    if constexpr (TR::SB == 4) r[i].d = *(const uint32_t *)(ru + TR::QB + 4 * lane);
+                    else if constexpr (TR::S) r[i].d = *(const uint16_t *)(ru + TR::QB + 2 * lane);
                 }
-                if constexpr (Q8) {
+                if constexpr (T == RL_RQ2) { /* unit c is 64-value block c */
+                    if constexpr (Q8) rq2_q8<false>(r, xq, xd, xsum, c, nullptr, acc);
+                    else rq2_f32<false>(r, xs, c, nullptr, acc);
+                } else if constexpr (Q8) {
                     const int4 xa = *(const int4 *)(xq + c * 32), xc = *(const int4 *)(xq + c * 32 + 16);
                     const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
 #pragma unroll

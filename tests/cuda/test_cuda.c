@@ -111,7 +111,8 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
      * checked against the reference: RQ2's two code decoders (the integer dot, and the fp32
      * path's order, do not depend on the decoder), and for the plane types the streamed matvec
      * and the register-loaded one (the same per-lane unit order and dot functions) */
-    const bool streams = type == RL_F16 || type == RL_BF16 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q4_0;
+    const bool streams = type == RL_F16 || type == RL_BF16 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q4_0 ||
+                         type == RL_RQ2; /* RQ2: the shift decoder streams, the table one does not */
     const char *knob = type == RL_RQ2 ? "RL_CUDA_RQ2_LUT" : streams ? "RL_CUDA_MVS" : NULL;
     const char *val[2] = {type == RL_RQ2 ? "0" : "1", type == RL_RQ2 ? "1" : "0"};
     const char *name[2] = {type == RL_RQ2 ? " shift" : " streamed", type == RL_RQ2 ? " lut" : " registers"};
