@@ -191,20 +191,22 @@ const uint32_t *const rl_rq2_lut = k_rq2_lut;
 
 /* FP8: [0,2) d (bf16)  [2,34) e4m3 codes, weight j in byte 2 + j; value d * e4m3(code).
  * e4m3: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (m/8 * 2^-6).
- * There is no infinity; 0x7f / 0xff (NaN in the OCP format) are never written, and every
- * decoder of rawloop reads them as +-480, the value their bits spell. */
+ * 0x7f / 0xff are invalid (never written; docs/FORMATS.md, section FP8): this reads the value
+ * their bits spell, +-480. */
 float rl_e4m3_to_f32(uint8_t c) {
     int e = (c >> 3) & 15, m = c & 7;
     float v = e ? ldexpf(1.0f + (float)m / 8, e - 7) : ldexpf((float)m / 8, -6);
     return c & 0x80 ? -v : v;
 }
 
-/* The code nearest to v (ties to even), |v| <= 448 (the largest finite e4m3 value). */
+/* The code nearest to v (ties to even), saturating at +-448 (0x7e / 0xfe, the largest finite
+ * e4m3 value), so it never returns the invalid 0x7f / 0xff. */
 static uint8_t e4m3_rne(float v) {
     uint8_t sign = signbit(v) ? 0x80 : 0;
     float a = fabsf(v);
     if (a < 0x1p-6f) /* subnormal: steps of 2^-9; 8 steps is code 8, the smallest normal */
         return sign | (uint8_t)nearbyintf(a * 0x1p9f);
+    if (a >= 448.0f) return sign | 0x7e; /* 448 .. 464 round to it too: 480 is not a value */
     int k;
     frexpf(a, &k); /* a = f * 2^k, f in [0.5, 1): exponent k - 1 */
     int q = (int)nearbyintf(ldexpf(a, 4 - k)); /* mantissa in steps of 1/8: 8 .. 16 */
@@ -302,7 +304,7 @@ static void quant_q8_0(const float *x, uint8_t *b) {
 
 /* FP8: d = amax / 448 rounded to bf16 (bf16, not fp16: a block of small weights would
  * underflow an fp16 d), then each code is the e4m3 value nearest to x / d, saturated at +-448
- * (d may have rounded down). */
+ * (a subnormal d can be far below amax / 448). */
 static void quant_fp8(const float *x, uint8_t *b) {
     float amax = 0;
     for (size_t j = 0; j < RL_QK; j++) amax = fmaxf(amax, fabsf(x[j]));

@@ -35,9 +35,9 @@ enum rl_type {
     /* 64 weights: 16 bytes of 2-bit codes (weight j: byte j/4, bits 2*(j%4)), fp16 d, fp16 m;
      * value = d*code + m. 2.5 bits per weight. */
     RL_RQ2 = 1024,
-    /* 32 weights: bf16 d, then 32 FP8 e4m3 codes (bias 7, no infinities; 0x7f/0xff are never
-     * written and decode as +-480); value = d * e4m3(code). 8.5 bits per weight, Q8_0's block
-     * geometry. docs/FORMATS.md, section FP8. */
+    /* 32 weights: bf16 d, then 32 FP8 e4m3 codes (bias 7, no infinities; 0x7f/0xff invalid);
+     * value = d * e4m3(code). 8.5 bits per weight, Q8_0's block geometry. docs/FORMATS.md,
+     * section FP8. */
     RL_FP8 = 1025,
     RL_RAWLOOP_TYPE_END = 1026,   /* one past the last rawloop type this build knows */
     RL_RAWLOOP_TYPE_LIMIT = 2048, /* ids [BASE, LIMIT) are reserved for rawloop's types */

@@ -141,14 +141,16 @@ __device__ __forceinline__ void deq_q6_k(const uint8_t *w, const uint8_t *s, int
     }
 }
 
-/* FP8 (e4m3) codes to floats. sm_89 and later convert two codes per instruction
- * (cvt.rn.f16x2.e4m3x2); sm_80 has no such instruction and uses integer ops: code c becomes
+/* FP8 (e4m3) codes to floats. Code compiled for sm_89+ (this build: its sm_90a code) converts
+ * two codes per instruction (cvt.rn.f16x2.e4m3x2); the sm_80 code and the compute_80 PTX (which
+ * sm_89 and Blackwell run) use integer ops, as sm_80 lacks the instruction: code c becomes
  * the fp16 with bits (c & 0x80) << 8 | (c & 0x7f) << 7, which is e4m3(c) * 2^-8 exactly
  * (subnormals included: the exponent biases differ by 8). A converted value is worth 1 or 2^-8
  * of e4m3(c), and the caller multiplies a chunk's sum by d * E4M3_INV (1 or 256): scaling
  * every product and partial sum by a power of two changes no rounding, so both give the same
- * bits. (Codes 0x7f / 0xff, never written, are NaN to the instruction and +-480 to the integer
- * path and the CPU.) Word u's 4 codes -> f[0..3]. */
+ * bits while none of them is an fp32 subnormal (|x| above ~2^-109). (The invalid codes 0x7f /
+ * 0xff are NaN to the instruction, +-480 to the integer path and the CPU.) Word u's 4 codes ->
+ * f[0..3]. */
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
 #define E4M3_INV 1.0f
 #else

@@ -135,7 +135,8 @@ __device__ __forceinline__ void ld_chunk(raw_chunk<T> &r, const uint8_t *w, cons
 }
 
 /* acc[i] += chunk c of row i · xc for both rows, in chunk_dot's op order (so the sums are those
- * of v1); x is read from shared memory once for the two rows. */
+ * of v1; FP8, which chunk_dot does not take, factors d out of the chunk as Q8_0 does); x is
+ * read from shared memory once for the two rows. */
 template <int T>
 __device__ __forceinline__ void dot2(const raw_chunk<T> *r, const float *xc, float *acc,
                                      const uint8_t *const *w, const uint8_t *const *s, int c) {

@@ -47,13 +47,14 @@ def test_quantizer_matches_torch(tmp_path):
     x *= np.exp(rng.uniform(-12, 6, (nb, 1))).astype(np.float32)   # block scales 6e-6 .. 400
     x[::7, 5] *= 30                                                  # outliers
     x[1::11] *= np.float32(1e-30)                                    # blocks far below fp16's range
+    x[5::17] *= np.float32(1e-36)                                    # subnormal d: x / d past 448
     x[2::13] = 0                                                     # zero blocks
     x[3::13, :4] = -0.0
     # exact ties between neighbouring codes, and values on the grid: d = 1 blocks
-    k = np.arange(0, 126, dtype=np.uint8)                            # codes 0 .. 0x7d
+    k = np.arange(0, 127, dtype=np.uint8)                            # codes 0 .. 0x7e (448)
     grid = torch.from_numpy(k).view(torch.float8_e4m3fn).float().numpy()
     mids = (grid[:-1] + grid[1:]) / 2                                # exact in float32
-    tie_rows = np.concatenate([mids, grid, -mids])
+    tie_rows = np.concatenate([mids, grid, -mids, -grid])
     tie_rows = np.resize(tie_rows, (len(tie_rows) + 31) // 31 * 31).reshape(-1, 31)
     ties = np.concatenate([np.full((len(tie_rows), 1), 448, np.float32), tie_rows], axis=1)
     x = np.concatenate([x, ties.astype(np.float32)])

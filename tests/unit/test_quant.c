@@ -776,8 +776,7 @@ static void test_fp8(void) {
     for (int i = 0; i < 32 * NB; i++) bad += memcmp(&x[i], &y[i], 4) != 0;
     CHECK(bad == 0 && next == 256, "FP8 on-grid values off at %d places (codes covered to %d)", bad, next);
 
-    /* ties go to the even code; past 448 * d saturates (never 0x7f); a block of 1e-30 keeps its
-     * values (a bf16 scale, not fp16) */
+    /* ties go to the even code; a block of 1e-30 keeps its values (a bf16 scale, not fp16) */
     for (int i = 0; i < 32; i++) x[i] = 0;
     x[0] = 448.0f;          /* d = 1 */
     x[1] = 1.0625f;         /* between 1 (0x38) and 1.125 (0x39): 0x38 */
@@ -797,6 +796,21 @@ static void test_fp8(void) {
         x2 += (double)x[i] * x[i];
     }
     CHECK(sqrt(e2 / x2) < 0.05, "FP8 block of 1e-30 values: rms error %.3g", sqrt(e2 / x2));
+    /* a block below 448 * bf16's smallest normal (1.2e-38) gets a subnormal d, coarse enough that
+     * x / d passes 464 (where a plain rounding would reach 0x7f): the codes saturate at +-448
+     * (0x7e / 0xfe), never the invalid 0x7f / 0xff */
+    const float amax = 649.6f * 0x1p-133f; /* amax / 448 = 1.45 steps of bf16's subnormals: d = 1 step */
+    for (int i = 0; i < 32; i++) x[i] = amax * (float)(i - 16) / 16;
+    rl_quant_row(RL_FP8, x, q, 32);
+    float dq = rl_bf16_to_f32((uint16_t)(q[0] | q[1] << 8));
+    bad = 0;
+    int sat = 0;
+    for (int i = 0; i < 32; i++) {
+        bad += (q[2 + i] & 0x7f) == 0x7f;
+        sat += (q[2 + i] & 0x7f) == 0x7e;
+    }
+    CHECK(dq == 0x1p-133f && amax / dq > 464 && bad == 0 && sat >= 2,
+          "FP8 subnormal d %g: %d invalid codes, %d saturated", dq, bad, sat);
 }
 
 /* Checked bit for bit where one result is one block's term: with one-hot activations (column s
