@@ -383,14 +383,18 @@ static void qa_worker(void *ctx, size_t ith, size_t nth) {
 }
 
 /* Reports the input of matrix mat to the observe hook (calibration), then quantizes S rows of
- * n activations (row stride n) into c->xq when any matrix needs it.
+ * n activations (row stride n) into c->xq when any of the matrices w[0..nw) that read them needs
+ * it (a recipe may give Q and K/V, or gate and up, types with and without the 8-bit path; rl_mm
+ * ignores xq for the fp32-activation types).
  * Rows go n/32 blocks apart, as rl_mm reads them (spacing them by the widest row's block count
  * broke every S > 1 batch whose n was not the widest). A batch is split over the threads (at
  * S = 64 this was ~5% of prefill time on one thread). */
 static const rl_q8a *quant_act(rl_cpu *c, const float *x, size_t S, size_t n,
-                               const rl_matrix *w, size_t mat) {
+                               const rl_matrix *const *w, size_t nw, size_t mat) {
     if (c->observe) c->observe(c->observe_ctx, mat, x, S, n);
-    if (c->exact || rl_type_fp32_act(w->type)) return NULL;
+    bool need = false;
+    for (size_t i = 0; i < nw; i++) need |= !rl_type_fp32_act(w[i]->type);
+    if (c->exact || !need) return NULL;
     qa_job j = {x, c->xq, S, n};
     if (S == 1) qa_worker(&j, 0, 1);
     else rl_pool_run(c->pool, qa_worker, &j);
@@ -483,7 +487,7 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
         /* attention: x += Wo · attn(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x)) */
         for (size_t s = 0; s < S; s++)
             rmsnorm(c->xb + s * D, c->x + s * D, L->attn_norm, D, cfg->norm_eps);
-        const rl_q8a *xq = quant_act(c, c->xb, S, D, &L->wq, RL_CPU_MAT(l, 0));
+        const rl_q8a *xq = quant_act(c, c->xb, S, D, (const rl_matrix *const[]){&L->wq, &L->wk, &L->wv}, 3, RL_CPU_MAT(l, 0));
         mm_job qkv = {0};
         job_add(c, &qkv, &L->wq, c->xb, xq, S, c->q, c->q_dim, false);
         job_add(c, &qkv, &L->wk, c->xb, xq, S, c->k, c->kv_dim, false);
@@ -512,7 +516,7 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
         att_job aj = {c, l, pos, S};
         rl_pool_run(c->pool, att_worker, &aj);
 
-        xq = quant_act(c, c->xb, S, c->q_dim, &L->wo, RL_CPU_MAT(l, 3));
+        xq = quant_act(c, c->xb, S, c->q_dim, (const rl_matrix *const[]){&L->wo}, 1, RL_CPU_MAT(l, 3));
         mm_job o = {0};
         job_add(c, &o, &L->wo, c->xb, xq, S, c->x, D, true);
         run_job(c, &o);
@@ -520,13 +524,13 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
         /* feed-forward: x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x)) */
         for (size_t s = 0; s < S; s++)
             rmsnorm(c->xb + s * D, c->x + s * D, L->ffn_norm, D, cfg->norm_eps);
-        xq = quant_act(c, c->xb, S, D, &L->w_gate, RL_CPU_MAT(l, 4));
+        xq = quant_act(c, c->xb, S, D, (const rl_matrix *const[]){&L->w_gate, &L->w_up}, 2, RL_CPU_MAT(l, 4));
         mm_job gu = {0};
         job_add(c, &gu, &L->w_gate, c->xb, xq, S, c->hb, F, false);
         job_add(c, &gu, &L->w_up, c->xb, xq, S, c->hb2, F, false);
         run_job(c, &gu);
         silu_mul(c, S * F);
-        xq = quant_act(c, c->hb, S, F, &L->w_down, RL_CPU_MAT(l, 6));
+        xq = quant_act(c, c->hb, S, F, (const rl_matrix *const[]){&L->w_down}, 1, RL_CPU_MAT(l, 6));
         mm_job dn = {0};
         job_add(c, &dn, &L->w_down, c->hb, xq, S, c->x, D, true);
         run_job(c, &dn);
@@ -536,7 +540,7 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
     size_t first = all_logits ? 0 : S - 1, n_out = S - first;
     for (size_t s = first; s < S; s++)
         rmsnorm(c->xb + (s - first) * D, c->x + s * D, m->output_norm, D, cfg->norm_eps);
-    const rl_q8a *xq = quant_act(c, c->xb, n_out, D, &c->output,
+    const rl_q8a *xq = quant_act(c, c->xb, n_out, D, (const rl_matrix *const[]){&c->output}, 1,
                                   RL_CPU_MAT_OUTPUT(cfg->n_layer));
     mm_job out = {0};
     job_add(c, &out, &c->output, c->xb, xq, n_out, logits, cfg->n_vocab, false);

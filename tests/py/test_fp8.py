@@ -128,3 +128,29 @@ def test_logits_match_transformers(files, tmp_path):
     # FP8 is not lossless: the F32 source's logits are measurably different
     _, src = read_gguf(files["src"])
     assert om.rel_error(om.hf_logits(hf_from_tensors(src, SPEC), IDS), ref) > 1e-3
+
+
+def test_mixed_8bit_path_per_matrix(files, tmp_path):
+    """attn_k in Q8_0, everything else FP8: attn_q (FP8, fp32 activations) and attn_k share one
+    input, and the default path must still round it to int8 for attn_k (the CPU once decided by
+    attn_q alone, which ran attn_k in fp32). So the default logits are a fast-path distance from
+    --exact's, and both stay within their bounds of transformers on the decoded weights."""
+    recipe = tmp_path / "k.recipe"
+    recipe.write_text("blk.*.attn_k.weight Q8_0\n* FP8\n")
+    out = tmp_path / "mix.gguf"
+    run_rawloop("quantize", files["src"], out, "--recipe", recipe, "-t", 2)
+    _, tensors = read_gguf(out)
+    assert type_name(tensors["blk.0.attn_k.weight"][0]) == "Q8_0"
+    assert type_name(tensors["blk.0.attn_q.weight"][0]) == "FP8"
+    ref = om.hf_logits(hf_from_tensors(tensors, SPEC), IDS)
+    got = {}
+    for exact in (True, False):
+        o = tmp_path / f"l{exact}.bin"
+        run_rawloop("logits", "-m", out, "--ids", " ".join(map(str, IDS)), "-o", o,
+                    *(["--exact"] if exact else []))
+        got[exact] = np.fromfile(o, dtype="<f4").reshape(len(IDS), SPEC.vocab)
+    assert om.rel_error(got[True], ref) < 1e-3, om.rel_error(got[True], ref)
+    assert om.rel_error(got[False], ref) < 3e-2, om.rel_error(got[False], ref)
+    # the int8 rounding moves the logits by ~1e-2 of their range; fp32 activations in another
+    # summation order (the packed Q8_0 rows) by ~1e-7
+    assert om.rel_error(got[False], got[True]) > 1e-4, om.rel_error(got[False], got[True])
