@@ -144,3 +144,10 @@ def hf_from_tensors(tensors, spec):
                 arr = om.unpermute_qk(arr, spec.n_heads, kv)
             sd[name].copy_(torch.from_numpy(np.array(arr, dtype=np.float32)))
     return model
+
+
+def f32_source(d, spec):
+    """A random-weight F32 GGUF of spec in folder d (the input the quantizer tests start from)."""
+    src = d / "f32.gguf"
+    om.write_gguf(om.build_hf_model(spec), spec, src, "F32")
+    return src

@@ -19,7 +19,7 @@ import gguf
 
 import oracle_models as om
 from conftest import run_quant_tool, run_rawloop
-from rawloop_gguf import FP8_ID, fp8_dequant, hf_from_tensors, read_gguf, type_name
+from rawloop_gguf import FP8_ID, f32_source, fp8_dequant, hf_from_tensors, read_gguf, type_name
 
 SPEC = om.Spec("fp8", "llama", hidden=256, n_layers=2, n_heads=4, n_kv_heads=2, ffn=320,
                vocab=320, seed=13)
@@ -91,8 +91,7 @@ def test_nan_codes_decode_as_480(tmp_path):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("fp8")
-    src = d / "f32.gguf"
-    om.write_gguf(om.build_hf_model(SPEC), SPEC, src, "F32")
+    src = f32_source(d, SPEC)
     out = d / "fp8.gguf"
     p = run_rawloop("quantize", src, out, "--type", "FP8", "-t", 2)
     return {"src": src, "fp8": out, "log": p.stderr.decode()}

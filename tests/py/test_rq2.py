@@ -24,7 +24,8 @@ import gguf
 
 import oracle_models as om
 from conftest import BUILD, run_rawloop
-from rawloop_gguf import KEY, dequant_tensor, hf_from_tensors, read_gguf, rq2_dequant, type_name
+from rawloop_gguf import (KEY, dequant_tensor, f32_source, hf_from_tensors, read_gguf, rq2_dequant,
+                          type_name)
 
 # Dimensions all multiples of 64 (RQ2's block); hidden 256 fits Q4_K, ffn 320 does not, so a
 # Q4_K rule on ffn_down must fall back (to Q5_0, as llama.cpp) and say so.
@@ -60,8 +61,7 @@ def logits(path, tmp_path, exact):
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("rq2")
-    src = d / "f32.gguf"
-    om.write_gguf(om.build_hf_model(SPEC), SPEC, src, "F32")
+    src = f32_source(d, SPEC)
     recipe = d / "mix.recipe"
     recipe.write_text(RECIPE)
     mix = d / "mix.gguf"
