@@ -67,7 +67,8 @@ static void usage(FILE *out) {
         "             tokens, fp32 CPU path) and weights each weight's error by the mean square\n"
         "             of the activation it multiplies (per input column, plus a uniform part)\n"
         "             in the quantizers that search: Q4_K, Q5_K, RQ2. Q8_0, Q4_0 and Q6_K\n"
-        "             ignore the weights (noted)\n"
+        "             ignore the weights (noted); Q4_0 / Q5_0 then put ffn_down of the first\n"
+        "             eighth of the layers in Q4_1 / Q5_1, as llama.cpp does with an imatrix\n"
         "  --calib-chunks N  use the first N chunks of TEXT (default 8)\n"
         "  --pure     every matrix in the base type (no _M mix, RQ2's token_embd too)\n"
         "  -t N       threads (default: all CPUs)\n"
@@ -401,7 +402,7 @@ int cmd_quantize(int argc, char **argv) {
     if (h.warning[0]) fprintf(stderr, "rawloop quantize: warning: %s\n", h.warning);
     bool has_output = false;
     for (size_t i = 0; i < n_src; i++) has_output |= !strcmp(src[i].name, "output.weight");
-    rl_recipe_ctx rctx = {ft, n_layer, has_output, pure};
+    rl_recipe_ctx rctx = {ft, n_layer, has_output, pure, calib_path != NULL};
     types = calloc(n_src ? n_src : 1, sizeof *types);
     if (!types) goto oom;
 

@@ -107,6 +107,8 @@ int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const
                 t = RL_Q6_K;
             else if (ft->mix == RL_MIX_S && l >= 0 && (v >= 0 ? v < 4 : (size_t)l < c->n_layer / 8))
                 t = RL_Q5_K;
+            else if (c->calib && (t == RL_Q4_0 || t == RL_Q5_0) && v < 0 && l >= 0 && (size_t)l < c->n_layer / 8)
+                t = t == RL_Q4_0 ? RL_Q4_1 : RL_Q5_1; /* llama.cpp's guard for the first ffn_down */
         }
         /* a 2-bit embedding (and tied head) loses too much; FP8 keeps its own 8 bits */
         if (t == RL_RQ2 && !c->pure && !strcmp(name, "token_embd.weight")) t = RL_Q8_0;

@@ -80,6 +80,8 @@ typedef struct rl_recipe_ctx {
     size_t n_layer;  /* {arch}.block_count */
     bool has_output; /* false for tied embeddings: token_embd is then also the output head */
     bool pure;       /* every matrix in ft->base (no _M mix); 1-D tensors still stay F32 */
+    bool calib;      /* --calib given (llama.cpp's has_imatrix): Q4_0 / Q5_0 put the first n/8
+                        ffn_down in Q4_1 / Q5_1 */
 } rl_recipe_ctx;
 
 /* What rl_recipe_choose decided for one tensor. */
@@ -97,7 +99,8 @@ typedef struct rl_recipe_choice {
  *    the file type's block, else Q6_K (a Q8_0 file keeps Q8_0);
  *    blk.N.attn_v / blk.N.ffn_down in Q6_K on more_bits layers for the _M recipes; for
  *    Q4_K_S attn_v of layers 0-3 and ffn_down of layers below n_layer / 8 in Q5_K (Q5_K_S has
- *    no bumps: it is Q5_K with the head rule);
+ *    no bumps: it is Q5_K with the head rule); with calib, ffn_down of layers below n_layer / 8
+ *    in Q4_1 for Q4_0 and Q5_1 for Q5_0 (llama.cpp does this only with an imatrix);
  *    token_embd.weight in Q8_0 for RQ2 unless pure (the rows it looks up, and the output
  *    head when tied, lose too much at 2 bits);
  *    everything else (token_embd included) in the base type;

@@ -33,7 +33,7 @@ static void check_tinyllama(const char *ftname, uint32_t base, bool mix, bool pu
     const rl_ftype *ft = rl_ftype_find(ftname);
     CHECK(ft != NULL, "file type %s known", ftname);
     if (!ft) return;
-    rl_recipe_ctx c = {ft, N_LAYER, true, pure};
+    rl_recipe_ctx c = {ft, N_LAYER, true, pure, false};
     bool quantized = base != RL_F32 && base != RL_F16 && base != RL_BF16;
     uint32_t head = quantized && !pure && base != RL_Q8_0 ? RL_Q6_K : base;
     CHECK(ty(&c, "token_embd.weight", 2, 2048, 32000) == base, "%s token_embd", ftname);
@@ -84,7 +84,7 @@ static void test_tinyllama(void) {
  * in Q5_K (llama_tensor_get_type: i_attention_wv < 4, i_layer < n_layer / 8), head Q6_K,
  * everything else Q4_K. Q5_K_S: plain Q5_K with the head rule, file type 16 as Q5_K. */
 static void test_k_s(void) {
-    rl_recipe_ctx c = {rl_ftype_find("q4_k_s"), N_LAYER, true, false};
+    rl_recipe_ctx c = {rl_ftype_find("q4_k_s"), N_LAYER, true, false, false};
     CHECK(c.ft && c.ft->file_type == 14 && c.ft->base == RL_Q4_K, "Q4_K_S known, file type 14");
     if (!c.ft) return;
     size_t n_v = 0, n_down = 0;
@@ -114,6 +114,28 @@ static void test_k_s(void) {
     CHECK(ty(&c, "blk.3.ffn_down.weight", 2, 11008, 4096) == RL_Q5_K &&
               ty(&c, "blk.4.ffn_down.weight", 2, 11008, 4096) == RL_Q4_K, "Q4_K_S ffn_down at 32 layers");
     check_tinyllama("Q5_K_S", RL_Q5_K, false, false);
+    /* with calibration (llama.cpp: an imatrix), Q4_0 / Q5_0 put ffn_down of layers < n/8 in
+     * Q4_1 / Q5_1; nothing else moves, and Q4_K_S / Q8_0 ignore it */
+    rl_recipe_ctx q = {rl_ftype_find("Q4_0"), N_LAYER, true, false, true};
+    for (size_t l = 0; l < N_LAYER; l++) {
+        char nm[64];
+        snprintf(nm, sizeof nm, "blk.%zu.ffn_down.weight", l);
+        uint32_t d = ty(&q, nm, 2, 5632, 2048);
+        CHECK(d == (l < 2 ? RL_Q4_1 : RL_Q4_0), "calib Q4_0 %s: %s", nm, rl_type_name(d));
+        snprintf(nm, sizeof nm, "blk.%zu.attn_v.weight", l);
+        CHECK(ty(&q, nm, 2, 2048, 256) == RL_Q4_0, "calib Q4_0 %s", nm);
+    }
+    CHECK(ty(&q, "output.weight", 2, 2048, 32000) == RL_Q6_K, "calib Q4_0 head");
+    q.ft = rl_ftype_find("Q5_0");
+    CHECK(ty(&q, "blk.0.ffn_down.weight", 2, 5632, 2048) == RL_Q5_1, "calib Q5_0 ffn_down 0");
+    q.ft = rl_ftype_find("Q8_0");
+    CHECK(ty(&q, "blk.0.ffn_down.weight", 2, 5632, 2048) == RL_Q8_0, "calib Q8_0 ffn_down 0");
+    q.ft = rl_ftype_find("Q4_0");
+    q.pure = true;
+    CHECK(ty(&q, "blk.0.ffn_down.weight", 2, 5632, 2048) == RL_Q4_0, "calib pure Q4_0 ffn_down 0");
+    q.pure = false;
+    q.calib = false;
+    CHECK(ty(&q, "blk.0.ffn_down.weight", 2, 5632, 2048) == RL_Q4_0, "Q4_0 without calib");
     CHECK(rl_ftype_find("Q5_K_S")->file_type == 16, "Q5_K_S file type 16");
 }
 
@@ -131,7 +153,7 @@ static void test_more_bits(void) {
 }
 
 static void test_tied_and_fallback(void) {
-    rl_recipe_ctx c = {rl_ftype_find("Q4_K_M"), 16, false, false};
+    rl_recipe_ctx c = {rl_ftype_find("Q4_K_M"), 16, false, false, false};
     /* tied embeddings: token_embd is the output head, so it gets the head's Q6_K */
     CHECK(ty(&c, "token_embd.weight", 2, 2048, 128256) == RL_Q6_K, "tied token_embd Q6_K");
     c.pure = true;
