@@ -70,7 +70,8 @@ static void usage(FILE *out) {
         "             ignore the weights (noted); Q4_0 / Q5_0 then put ffn_down of the first\n"
         "             eighth of the layers in Q4_1 / Q5_1, as llama.cpp does with an imatrix\n"
         "  --calib-chunks N  use the first N chunks of TEXT (default 8)\n"
-        "  --pure     every matrix in the base type (no _M mix, RQ2's token_embd too)\n"
+        "  --pure     every matrix in the base type (no head rule, _M/_S bumps or --calib\n"
+        "             ffn_down rule; RQ2's token_embd too)\n"
         "  -t N       threads (default: all CPUs)\n"
         "  --slice-kb N  build each output tensor in slices of at most N KiB (default 262144,\n"
         "             i.e. 256 MiB): the memory beyond the mapped input, whatever the model\n");
@@ -360,7 +361,7 @@ int cmd_quantize(int argc, char **argv) {
 
     rl_err e = {{0}};
     rl_recipe_rules rules = {0};
-    rl_ftype recipe_ft = {"recipe", RL_F16, false, 1}; /* only names the file type */
+    rl_ftype recipe_ft = {"recipe", RL_F16, RL_MIX_NONE, 1}; /* only names the file type */
     if (recipe_path) {
         if (rl_recipe_load(&rules, recipe_path, &e) < 0) {
             fprintf(stderr, "rawloop: quantize: %s\n", e.msg);

@@ -79,7 +79,8 @@ typedef struct rl_recipe_ctx {
     const rl_ftype *ft;
     size_t n_layer;  /* {arch}.block_count */
     bool has_output; /* false for tied embeddings: token_embd is then also the output head */
-    bool pure;       /* every matrix in ft->base (no _M mix); 1-D tensors still stay F32 */
+    bool pure;       /* every matrix in ft->base (no head rule, bumps or calib rule); 1-D tensors
+                        still stay F32 */
     bool calib;      /* --calib given (llama.cpp's has_imatrix): Q4_0 / Q5_0 put the first n/8
                         ffn_down in Q4_1 / Q5_1 */
 } rl_recipe_ctx;

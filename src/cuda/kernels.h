@@ -146,7 +146,8 @@ struct rl_cuda_knobs {
                             (RL_CUDA_PERSIST: 0 off, the default: slower than the
                             launch graph on every model measured, docs/PERF.md v2.5; 1 on) */
     int mvs;             /* decoding's matvec streams weights through a shared-memory ring
-                            (RL_CUDA_MVS): 0 never (mv_kernel), 1 Q4_0/Q8_0/F16/BF16, 2 Q4_0/Q8_0;
+                            (RL_CUDA_MVS): 0 never (mv_kernel), 1 Q4_0/Q8_0/FP8/RQ2/F16/BF16,
+                            2 Q4_0/Q8_0/FP8/RQ2 (RQ2: the shift decoder only);
                             unset: by shape (cuda_backend.cu mvs_for) */
 };
 

@@ -8,7 +8,8 @@
  * across its work items, so the loads never stop between items.
  *
  * Same arithmetic as matvec.cu's register kernel: work item p (two rows), lane l takes units
- * l, l + 32, ... of both rows in that order through the same dot functions (dot_q8, dot2), and
+ * l, l + 32, ... of both rows in that order through the same dot functions (dot_q8, dot2; RQ2
+ * rq2_q8, rq2_f32), and
  * mv_finish's butterfly and epilogue. So both give the same bits, and the exact chunks (which
  * keep the register kernel) stay bit-identical to decoding.
  *
