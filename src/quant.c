@@ -200,13 +200,13 @@ float rl_e4m3_to_f32(uint8_t c) {
 }
 
 /* The code nearest to v (ties to even), saturating at +-448 (0x7e / 0xfe, the largest finite
- * e4m3 value), so it never returns the invalid 0x7f / 0xff. */
+ * e4m3 value), so it never returns the invalid 0x7f / 0xff; a NaN gives +-448 too. */
 static uint8_t e4m3_rne(float v) {
     uint8_t sign = signbit(v) ? 0x80 : 0;
     float a = fabsf(v);
     if (a < 0x1p-6f) /* subnormal: steps of 2^-9; 8 steps is code 8, the smallest normal */
         return sign | (uint8_t)nearbyintf(a * 0x1p9f);
-    if (a >= 448.0f) return sign | 0x7e; /* 448 .. 464 round to it too: 480 is not a value */
+    if (!(a < 448.0f)) return sign | 0x7e; /* 448 .. 464 round to it too: 480 is not a value */
     int k;
     frexpf(a, &k); /* a = f * 2^k, f in [0.5, 1): exponent k - 1 */
     int q = (int)nearbyintf(ldexpf(a, 4 - k)); /* mantissa in steps of 1/8: 8 .. 16 */
@@ -304,7 +304,7 @@ static void quant_q8_0(const float *x, uint8_t *b) {
 
 /* FP8: d = amax / 448 rounded to bf16 (bf16, not fp16: a block of small weights would
  * underflow an fp16 d), then each code is the e4m3 value nearest to x / d, saturated at +-448
- * (a subnormal d can be far below amax / 448). */
+ * by e4m3_rne (a subnormal d can be far below amax / 448). */
 static void quant_fp8(const float *x, uint8_t *b) {
     float amax = 0;
     for (size_t j = 0; j < RL_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
@@ -312,7 +312,7 @@ static void quant_fp8(const float *x, uint8_t *b) {
     float d = rl_bf16_to_f32(h);
     b[0] = (uint8_t)h;
     b[1] = (uint8_t)(h >> 8);
-    for (size_t j = 0; j < RL_QK; j++) b[2 + j] = d != 0 ? e4m3_rne(fminf(fmaxf(x[j] / d, -448.0f), 448.0f)) : 0;
+    for (size_t j = 0; j < RL_QK; j++) b[2 + j] = d != 0 ? e4m3_rne(x[j] / d) : 0;
 }
 
 static void quant_q4_0(const float *x, uint8_t *b) {

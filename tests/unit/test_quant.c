@@ -798,8 +798,7 @@ static void test_fp8(void) {
     CHECK(sqrt(e2 / x2) < 0.05, "FP8 block of 1e-30 values: rms error %.3g", sqrt(e2 / x2));
     /* a block below 448 * bf16's smallest normal (1.2e-38) gets a subnormal d, coarse enough that
      * x / d passes 464 (where a plain rounding would reach 0x7f): the codes saturate at +-448
-     * (0x7e / 0xfe), never the invalid 0x7f / 0xff (quant_fp8's clamp and e4m3_rne's own cap
-     * each ensure it; the test fails only when both are gone) */
+     * (0x7e / 0xfe, e4m3_rne's cap), never the invalid 0x7f / 0xff */
     const float amax = 649.6f * 0x1p-133f; /* amax / 448 = 1.45 steps of bf16's subnormals: d = 1 step */
     for (int i = 0; i < 32; i++) x[i] = amax * (float)(i - 16) / 16;
     rl_quant_row(RL_FP8, x, q, 32);
