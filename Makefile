@@ -47,7 +47,8 @@ ifeq ($(CUDA),1)
   CFLAGS   += -DRL_HAVE_CUDA
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
   LIB_OBJ  += $(CU_OBJ)
-  CUDA_TEST := $(BUILD)/test_cuda $(BUILD)/racecheck_probe
+  # the kernel lab (bench/lab_*.cu) is built too, so that it compiles against today's kernels
+  CUDA_TEST := $(BUILD)/test_cuda $(BUILD)/racecheck_probe $(patsubst bench/%.cu,$(BUILD)/%,$(wildcard bench/lab_*.cu))
 endif
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(patsubst cli/%.c,$(BUILD)/obj/cli/%.o,$(CLI_SRC))
@@ -55,7 +56,7 @@ TEST_SRC := $(wildcard tests/unit/test_*.c)
 TEST_BIN := $(patsubst tests/unit/%.c,$(BUILD)/%,$(TEST_SRC))
 DEPS     := $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
 
-.PHONY: all check test test-asan units benches fuzz fuzz-short clean
+.PHONY: all check test test-asan units benches lab lab-needs-nvcc fuzz fuzz-short clean
 all: $(BUILD)/rawloop $(TEST_BIN) $(CUDA_TEST)
 
 $(BUILD)/obj/%.o: src/%.c | $(BUILD)/obj
@@ -93,6 +94,15 @@ BENCH_BIN := $(patsubst bench/%.c,$(BUILD)/%,$(BENCH_SRC))
 benches: $(BENCH_BIN)
 $(BUILD)/bench_%: bench/bench_%.c $(BUILD)/librawloop.a
 	$(CC) $(CFLAGS) -Isrc $< $(BUILD)/librawloop.a -o $@ $(LDFLAGS) $(LDLIBS)
+
+# GPU kernel lab (bench/lab_*.cu): built with nvcc, run on a device; not part of the test suite.
+LAB_SRC := $(wildcard bench/lab_*.cu)
+LAB_BIN := $(patsubst bench/%.cu,$(BUILD)/%,$(LAB_SRC))
+lab: $(if $(filter 1,$(CUDA)),$(LAB_BIN),lab-needs-nvcc)
+lab-needs-nvcc:
+	@echo "make lab: the kernel lab needs nvcc (CUDA=1)" >&2; exit 1
+$(BUILD)/lab_%: bench/lab_%.cu $(BUILD)/librawloop.a
+	$(NVCC) $(NVFLAGS) -Isrc -Isrc/cuda $< $(BUILD)/librawloop.a -o $@ -lpcre2-8 -ljansson -lm
 
 check:
 	bash tests/run_all.sh

@@ -1,0 +1,277 @@
+/* Kernel lab for decoding's streamed matvec (src/cuda/mvs.cu), on a GPU: where a launch's time
+ * goes. Not a test; numbers for docs/PERF.md. Built by `make lab` (nvcc); run on the device:
+ *
+ *   lab_mvs [reps]
+ *
+ * Every timing is a CUDA graph of K launches back to back (the decode graph's situation: each
+ * launch's input is the previous one's output buffer, PDL as in decoding), replayed `reps`
+ * times; the figure is the median over replays of the time per launch. The matrices rotate
+ * over a pool several times the L2, so every launch reads its weights from DRAM.
+ *
+ *  1. the production kernel (rl_mvs_launch, Q4_0 and Q8_0 in the plane layout, 8-bit
+ *     activations, RMS norm prologue) over rows at n = 4096 and at n = 11008: time against
+ *     bytes gives the fixed cost per launch (intercept) and the streaming rate (slope);
+ *     the same without the norm, and without PDL;
+ *  2. read-only kernels with the streamed matvec's access pattern (each warp two rows, 512
+ *     contiguous bytes per row per step) and with a sequential pattern over the same bytes,
+ *     to separate what DRAM gives each pattern from what the matvec's instructions cost;
+ *  3. an empty kernel chained with PDL: the floor of a launch inside a graph. */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels.h"
+#include "types.h"
+
+#define CKL(call)                                                                                \
+    do {                                                                                         \
+        cudaError_t e_ = (call);                                                                 \
+        if (e_ != cudaSuccess) {                                                                 \
+            fprintf(stderr, "lab_mvs: %s: %s\n", #call, cudaGetErrorString(e_));                  \
+            exit(1);                                                                             \
+        }                                                                                        \
+    } while (0)
+
+static int n_sm;
+static cudaStream_t st;
+
+/* ---- read-only pattern kernels (lab only) ----------------------------------------------------- */
+
+/* Warp w of G reads items w, w + G, ...: item p is rows 2p and 2p + 1 of a [rows][rb16 * 16]
+ * plane, each row in steps of 32 16-byte pieces (512 contiguous bytes), U steps of both rows in
+ * flight. TILED: the same bytes laid out step-major ([step][item][row][512 B]), so the warps on
+ * one step read one contiguous region. */
+template <bool TILED>
+__global__ void __launch_bounds__(512) rows_read(const uint4 *m, int items, int steps, uint32_t *sink) {
+    const int lane = threadIdx.x & 31, G = gridDim.x * (blockDim.x >> 5);
+    const int w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    constexpr int U = 4;
+    uint32_t acc = 0;
+    for (int p = w; p < items; p += G)
+        for (int j0 = 0; j0 < steps; j0 += U) {
+            uint4 v[2 * U];
+#pragma unroll
+            for (int u = 0; u < U; u++)
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const int j = j0 + u;
+                    size_t idx = TILED ? (((size_t)j * items + p) * 2 + i) * 32 + lane
+                                       : ((size_t)(2 * p + i) * steps + j) * 32 + lane;
+                    v[2 * u + i] = j < steps ? __ldcs(m + idx) : make_uint4(0, 0, 0, 0);
+                }
+#pragma unroll
+            for (int k = 0; k < 2 * U; k++) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
+        }
+    for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0 && acc == 0x9e3779b9u) sink[w] = acc;
+}
+
+__global__ void empty_kernel(int *p) {
+    rl_pdl_trigger();
+    rl_pdl_wait();
+    if (p && threadIdx.x == 0 && blockIdx.x == 0) p[0]++;
+}
+
+/* ---- timing ----------------------------------------------------------------------------------- */
+
+/* Median µs per launch: enq(i) enqueues launch i of K; the graph is replayed reps times. */
+template <typename F> static double time_graph(int K, int reps, F enq) {
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CKL(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < K; i++) enq(i);
+    CKL(cudaStreamEndCapture(st, &g));
+    CKL(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t a, b;
+    CKL(cudaEventCreate(&a));
+    CKL(cudaEventCreate(&b));
+    for (int w = 0; w < 3; w++) CKL(cudaGraphLaunch(ge, st));
+    std::vector<double> t;
+    for (int r = 0; r < reps; r++) {
+        CKL(cudaEventRecord(a, st));
+        CKL(cudaGraphLaunch(ge, st));
+        CKL(cudaEventRecord(b, st));
+        CKL(cudaEventSynchronize(b));
+        float ms;
+        CKL(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1000.0 / K);
+    }
+    CKL(cudaGetLastError());
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+/* ---- the production matvec -------------------------------------------------------------------- */
+
+struct pool {
+    uint8_t *buf;
+    size_t bytes;
+};
+
+/* A pool of random bytes; fp16 scales are written over the scale planes per matrix. */
+static pool make_pool(size_t bytes) {
+    pool p;
+    p.bytes = bytes;
+    CKL(cudaMalloc(&p.buf, bytes));
+    std::vector<uint32_t> h(1 << 20);
+    uint64_t s = 0x9e3779b97f4a7c15ULL;
+    for (auto &v : h) {
+        s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+        v = (uint32_t)s;
+    }
+    for (size_t o = 0; o < bytes; o += h.size() * 4)
+        CKL(cudaMemcpy(p.buf + o, h.data(), std::min(h.size() * 4, bytes - o), cudaMemcpyHostToDevice));
+    return p;
+}
+
+__global__ void fill_half(__half *p, size_t n, float v) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = __float2half(v * (1.0f + 0.001f * (float)(i % 97)));
+}
+
+struct mat {
+    rl_dmat w;
+    size_t bytes;
+};
+
+/* Matrices of rows x n of type T carved one after another from the pool, as many as fit. */
+static std::vector<mat> carve(pool &P, uint32_t T, int rows, int n) {
+    const size_t ub = T == RL_Q4_0 ? 16 : 32, nu = (size_t)n / 32, qb = nu * ub, sb = nu * 2;
+    const size_t q_bytes = ((size_t)rows * qb + 255) & ~(size_t)255, s_bytes = ((size_t)rows * sb + 255) & ~(size_t)255;
+    std::vector<mat> v;
+    for (size_t off = 0; off + q_bytes + s_bytes <= P.bytes && v.size() < 4096; off += q_bytes + s_bytes) {
+        mat m;
+        m.w.type = T;
+        m.w.q = P.buf + off;
+        m.w.s = P.buf + off + q_bytes;
+        m.w.q_row = qb;
+        m.w.s_row = sb;
+        m.w.rows = rows;
+        m.w.cols = n;
+        m.bytes = (size_t)rows * nu * (ub + 2);
+        fill_half<<<64, 256>>>((__half *)m.w.s, (size_t)rows * n / 32, 0.002f);
+        v.push_back(m);
+    }
+    CKL(cudaDeviceSynchronize());
+    return v;
+}
+
+int main(int argc, char **argv) {
+    const int reps = argc > 1 ? atoi(argv[1]) : 20;
+    cudaDeviceProp pr;
+    CKL(cudaGetDeviceProperties(&pr, 0));
+    n_sm = pr.multiProcessorCount;
+    CKL(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    CKL((cudaError_t)rl_mvs_prepare());
+    printf("# %s, %d SMs, L2 %d MB\n", pr.name, n_sm, pr.l2CacheSize >> 20);
+
+    const size_t pool_bytes = (size_t)3 << 30; /* 3 GB: 50x the L2 */
+    pool P = make_pool(pool_bytes);
+    const int nmax = 16384;
+    float *x, *y, *nw;
+    CKL(cudaMalloc(&x, 2 * sizeof(float) * 65536));
+    CKL(cudaMalloc(&y, 2 * sizeof(float) * 65536));
+    CKL(cudaMalloc(&nw, sizeof(float) * nmax));
+    {
+        std::vector<float> h(65536 * 2);
+        for (size_t i = 0; i < h.size(); i++) h[i] = 0.5f + 0.001f * (float)(i % 1013);
+        CKL(cudaMemcpy(x, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+        CKL(cudaMemcpy(y, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+        CKL(cudaMemcpy(nw, h.data(), nmax * 4, cudaMemcpyHostToDevice));
+    }
+    rl_cuda_knobs kn;
+    memset(&kn, 0, sizeof kn);
+    kn.mv_warps = 16;
+    kn.mv_blocks_per_sm = 8;
+    kn.pdl = 2;
+    kn.mvs = 2;
+    const int K = 64;
+
+    /* 1. the production kernel */
+    printf("\n| type | n | rows | MB | norm | pdl | us/launch | GB/s |\n| --- | ---: | ---: | ---: | --- | --- | ---: | ---: |\n");
+    const uint32_t types[2] = {RL_Q4_0, RL_Q8_0};
+    for (uint32_t T : types)
+        for (int n : {4096, 11008}) {
+            const int rows_list[] = {512, 2048, 4096, 8192, 12288, 22016, 32768, 65536};
+            for (int rows : rows_list) {
+                if (n == 11008 && rows > 8192) continue;
+                std::vector<mat> ms = carve(P, T, rows, n);
+                if (ms.size() < 4) continue;
+                for (int variant = 0; variant < 3; variant++) {
+                    const bool norm = variant != 1;
+                    kn.pdl = variant == 2 ? 0 : 2;
+                    if (variant && rows != 4096 && rows != 12288 && rows != 32768) continue;
+                    double us = time_graph(K, reps, [&](int i) {
+                        rl_mv_args a;
+                        memset(&a, 0, sizeof a);
+                        const mat &m = ms[i % ms.size()];
+                        a.seg[0].w = m.w;
+                        /* ping-pong: launch i reads what launch i - 1 wrote (a dependency, as in decoding) */
+                        a.seg[0].y = (i & 1) ? x : y;
+                        a.x = (i & 1) ? y : x;
+                        a.nseg = 1;
+                        a.mode = RL_MV_STORE;
+                        a.norm_w = norm ? nw : NULL;
+                        a.eps = 1e-5f;
+                        a.n = n;
+                        a.fast = true;
+                        a.ns = 1;
+                        a.ys = rows;
+                        if (rl_mvs_launch(&a, &kn, n_sm, st) != 1) {
+                            fprintf(stderr, "lab_mvs: the streamed matvec did not launch\n");
+                            exit(1);
+                        }
+                    });
+                    printf("| %s | %d | %d | %.1f | %s | %s | %.2f | %.0f |\n", T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows,
+                           ms[0].bytes / 1e6, norm ? "yes" : "no", kn.pdl ? "yes" : "no", us, ms[0].bytes / us / 1e3);
+                }
+            }
+        }
+    kn.pdl = 2;
+
+    /* 2. read-only patterns over the bytes of a Q4_0 matrix's quant plane (n = 4096: 2304
+     * bytes per row... rounded to 4.5 steps; here 4 steps of 512 B per row, 2048 B rows) */
+    printf("\n| pattern | MB | warps/SM | us/launch | GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
+    uint32_t *sink;
+    CKL(cudaMalloc(&sink, 4 << 20));
+    for (int steps : {4, 8, 22}) {
+        for (int items : {2048, 6144, 11008}) {
+            const size_t bytes = (size_t)items * 2 * steps * 512;
+            const int nmat = (int)std::min((size_t)64, pool_bytes / bytes);
+            for (int wps : {16, 32})
+                for (int tiled = 0; tiled < 2; tiled++) {
+                    const int blocks = n_sm * wps / 16;
+                    double us = time_graph(K, reps, [&](int i) {
+                        const uint4 *m = (const uint4 *)(P.buf + (size_t)(i % nmat) * bytes);
+                        if (tiled) rows_read<true><<<blocks, 512, 0, st>>>(m, items, steps, sink);
+                        else rows_read<false><<<blocks, 512, 0, st>>>(m, items, steps, sink);
+                    });
+                    printf("| %s, %d steps of 512 B per row, %d items | %.1f | %d | %.2f | %.0f |\n",
+                           tiled ? "step-major" : "row-major", steps, items, bytes / 1e6, wps, us, bytes / us / 1e3);
+                }
+            const size_t n16 = bytes / 16;
+            double us = time_graph(K, reps, [&](int i) {
+                rl_read_stream_launch(P.buf + (size_t)(i % nmat) * bytes, n16, sink, n_sm * 4, st);
+            });
+            printf("| sequential (read_stream) | %.1f | | %.2f | %.0f |\n", bytes / 1e6, us, bytes / us / 1e3);
+        }
+    }
+
+    /* 3. an empty kernel, chained with and without PDL */
+    for (int pdl = 0; pdl < 2; pdl++) {
+        double us = time_graph(K, reps, [&](int) {
+            rl_launch(empty_kernel, dim3(n_sm), dim3(512), 0, st, pdl != 0, (int *)sink);
+        });
+        printf("\nempty kernel, %d blocks of 512, pdl %d: %.2f us/launch\n", n_sm, pdl, us);
+    }
+    return 0;
+}
