@@ -143,8 +143,10 @@ static int mvs_for(size_t n_embd) { return n_embd >= 4096 ? 2 : 1; }
 static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
     if (knob("RL_CUDA_MV_WARPS", 0, 0, 16, &k->mv_warps, e) || /* 0: mv_warps_for */
         knob("RL_CUDA_MV_BLOCKS", 8, 1, 64, &k->mv_blocks_per_sm, e) ||
-        knob("RL_CUDA_ATT_SPLIT", 32, 32, 8192, &k->att_split, e) ||
-        knob("RL_CUDA_ATT_MAXSPLIT", 32, 1, 1024, &k->att_max_split, e) ||
+        /* 128 positions per split, at most 16 splits: one split (no merge) while decoding the
+         * first 128 positions (docs/PERF.md v2.9) */
+        knob("RL_CUDA_ATT_SPLIT", 128, 32, 8192, &k->att_split, e) ||
+        knob("RL_CUDA_ATT_MAXSPLIT", 16, 1, 1024, &k->att_max_split, e) ||
         knob("RL_CUDA_PDL", 2, 0, 2, &k->pdl, e) || /* 2: the streamed matvec's launches (docs/PERF.md) */
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
         knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */

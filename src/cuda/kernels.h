@@ -134,8 +134,8 @@ struct rl_cuda_knobs {
                             else 8; chunks use at most 8) */
     int mv_blocks_per_sm;/* matvec grid cap per SM (RL_CUDA_MV_BLOCKS, default 8; also capped
                             by the kernel's occupancy, so the grid is one wave) */
-    int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 32) */
-    int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 32): wider
+    int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 128) */
+    int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 16): wider
                             splits past att_split * att_max_split positions */
     int pdl;             /* programmatic dependent launch (RL_CUDA_PDL; sm_90 only): 0 off, 1 every
                             launch, 2 (default) the streamed matvec's launches only */

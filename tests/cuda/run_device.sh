@@ -122,9 +122,11 @@ if has e; then
     cmp_logits "rawloop-draft F16" models/rawloop-draft-f16.gguf "$IDS_SHIP"
     greedy "rawloop-small Q8_0" models/rawloop-small.gguf --exact
     greedy "rawloop-small Q8_0" models/rawloop-small.gguf
-    # 600 positions: many attention splits, and the widened splits past 16 * 32 positions
+    # 600 positions: several attention splits (128 positions each by default), and with 32 per
+    # split the widened splits past 16 * 32 positions
     IDS_LONG=$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(600)))")
     cmp2 "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_LONG"
+    RL_CUDA_ATT_SPLIT=32 cmp2 "rawloop-small Q8_0 (split 32, widened)" models/rawloop-small.gguf "$IDS_LONG"
 fi
 
 if has r; then
@@ -346,9 +348,13 @@ fi
 # (RL_CUDA_PERSIST=0): the same logits bytes, token by token (-b 1), in both numerics. With
 # RL_CUDA_PERSIST=1 the backend says on stderr when the kernel does not apply: that is a FAIL
 # here (every model below is one it must run). MS (optional): RL_CUDA_ATT_MAXSPLIT for both
-# runs, so that the attention splits widen (and the merge runs) within a short id list.
+# runs, with 32 positions per split, so that the attention splits widen (and the merge runs)
+# within a short id list.
 persist_same() { # name model ids [MS]
-    local name=$1 model=$2 ids=$3 ms=${4:-32} mode ok=1 info=""
+    local name=$1 model=$2 ids=$3 ms=${4:-16} mode ok=1 info=""
+    local RL_CUDA_ATT_SPLIT=128
+    [ -n "${4:-}" ] && RL_CUDA_ATT_SPLIT=32
+    export RL_CUDA_ATT_SPLIT
     for mode in "" "--exact"; do
         rm -f /tmp/pk0.bin /tmp/pk1.bin /tmp/pk1.err
         RL_CUDA_ATT_MAXSPLIT=$ms RL_CUDA_PERSIST=0 "$R" logits --device cuda --prefill exact -b 1 $mode -m "$model" --ids "$ids" -o /tmp/pk0.bin >>"$LOG" 2>&1 || ok=0
@@ -358,7 +364,7 @@ persist_same() { # name model ids [MS]
         elif [ -s /tmp/pk0.bin ] && cmp -s /tmp/pk0.bin /tmp/pk1.bin; then info="$info ${mode:-fast}=";
         else ok=0; info="$info ${mode:-fast}:DIFFERENT"; fi
     done
-    row "| $name | persistent kernel vs launch per step, $(echo "$ids" | wc -w) ids, max split $ms |$info | $([ $ok = 1 ] && echo PASS || echo FAIL) |"
+    row "| $name | persistent kernel vs launch per step, $(echo "$ids" | wc -w) ids, split $RL_CUDA_ATT_SPLIT max $ms |$info | $([ $ok = 1 ] && echo PASS || echo FAIL) |"
 }
 if has pk; then
     say "== persistent decode kernel"
