@@ -166,7 +166,7 @@ static std::vector<mat> carve(pool &P, uint32_t T, int rows, int n) {
 }
 
 int main(int argc, char **argv) {
-    const int reps = argc > 1 ? atoi(argv[1]) : 20;
+    const int reps = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 20;
     cudaDeviceProp pr;
     CKL(cudaGetDeviceProperties(&pr, 0));
     n_sm = pr.multiProcessorCount;
@@ -238,8 +238,8 @@ int main(int argc, char **argv) {
         }
     kn.pdl = 2;
 
-    /* 2. read-only patterns over the bytes of a Q4_0 matrix's quant plane (n = 4096: 2304
-     * bytes per row... rounded to 4.5 steps; here 4 steps of 512 B per row, 2048 B rows) */
+    /* 2. read-only patterns over bytes shaped like a Q4_0 quant plane: rows of 4 steps of 512
+     * B (n = 4096), 8 and 22 steps (longer rows, n = 8192 and ~11008) */
     printf("\n| pattern | MB | warps/SM | us/launch | GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
     uint32_t *sink;
     CKL(cudaMalloc(&sink, 4 << 20));
