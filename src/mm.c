@@ -167,7 +167,7 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         for (size_t i = 0; i < len / 32; i++, b += 34) store_scaled(dst + 32 * i, q8_0_vals(b), _mm256_set1_ps(ld_h(b)), zero);
         return;
     case RL_FP8:
-        for (size_t i = 0; i < len / 32; i++, b += 34) fp8_vals(b, dst + 32 * i);
+        fp8_run(b, dst, len);
         return;
     case RL_Q4_0:
         for (size_t i = 0; i < len / 32; i++, b += 18) store_scaled(dst + 32 * i, q4_0_vals(b), _mm256_set1_ps(ld_h(b)), zero);

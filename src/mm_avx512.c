@@ -212,7 +212,7 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         return;
     }
     case RL_FP8:
-        for (size_t i = 0; i < len / RL_QK; i++, b += 34) fp8_vals(b, dst + 32 * i);
+        fp8_run(b, dst, len);
         return;
     case RL_Q4_K:
     case RL_Q5_K: {
