@@ -1,9 +1,10 @@
 /* rawloop quantize: rewrites an F32/F16/BF16 GGUF, or converts a Hugging Face model directory
- * (safetensors shards, config.json, tokenizer; src/hf.h), in one of the standard ggml types,
- * rawloop's own RQ2, or a per-tensor mix from a recipe file.
+ * (safetensors shards, config.json, tokenizer; src/hf.h; FP8 checkpoints included), in one of
+ * the standard ggml types, rawloop's own RQ2 / FP8, or a per-tensor mix from a recipe file.
  *
  * Streams tensor by tensor: the input is memory-mapped, each output tensor is built in one
- * buffer (the largest output tensor is the peak extra memory) by all threads over rows, and
+ * buffer (the largest output tensor is the peak extra memory) by all threads over rows, each
+ * row decoded to float32 in a per-thread row buffer (an FP8 checkpoint's rows too), and
  * written before the next is started. The writer goes to OUT.tmp and renames at the end, so an
  * error or a kill never leaves a half-written OUT. Tensor types come from src/recipe.h. */
 #include <errno.h>
@@ -31,7 +32,9 @@ static void usage(FILE *out) {
         "file gives (1-D tensors stay F32).\n"
         "IN is either a GGUF whose matrices are F32, F16 or BF16 (a matrix already in the type\n"
         "the recipe chooses is copied as is), or a Hugging Face model directory: config.json,\n"
-        "*.safetensors (F32/F16/BF16; shards via model.safetensors.index.json), tokenizer.json\n"
+        "*.safetensors (F32/F16/BF16, or FP8: F8_E4M3 weights with weight_scale_inv block\n"
+        "scales, quantization_config quant_method fp8, dequantized on the fly; shards via\n"
+        "model.safetensors.index.json), tokenizer.json\n"
         "(byte-level BPE) or tokenizer.model (SentencePiece), optional tokenizer_config.json;\n"
         "architectures llama (llama3 rope scaling included), qwen2, qwen3. Tensors, keys and\n"
         "the Q/K row order come out as llama.cpp's convert_hf_to_gguf.py writes them.\n"
@@ -86,6 +89,8 @@ typedef struct src_tensor {
     const uint8_t *data;
     size_t nbytes;
     size_t perm_heads;   /* > 0: rows stored in another order (hf_src_row) */
+    const hf_tensor *hf; /* a directory's tensor, whose rows hf_read_row decodes; NULL for a
+                            GGUF's (rl_dequant_row) */
 } src_tensor;
 
 /* One slice [r0, r0 + n) of a tensor's rows, split over threads by rows; out holds the slice. */
@@ -97,14 +102,25 @@ typedef struct qjob {
     uint8_t *out;
     float *scratch; /* cols floats per thread */
     const float *w; /* [cols] importances of the input columns, or NULL */
+    size_t *nan_at; /* [nth]: stored index (row * cols + col) of the NaN code a thread met in an
+                       FP8 row, where it stopped; SIZE_MAX none */
 } qjob;
 
 static void q_worker(void *ctx, size_t ith, size_t nth) {
     qjob *j = ctx;
     float *row = j->scratch + ith * j->cols;
+    j->nan_at[ith] = SIZE_MAX;
     for (size_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
         size_t r = j->r0 + i, sr = hf_src_row(r, j->rows, j->t->perm_heads);
-        rl_dequant_row(j->t->type, j->t->data + sr * j->src_row_bytes, row, j->cols);
+        if (!j->t->hf) {
+            rl_dequant_row(j->t->type, j->t->data + sr * j->src_row_bytes, row, j->cols);
+        } else {
+            size_t c = hf_read_row(j->t->hf, sr, row);
+            if (c != SIZE_MAX) {
+                j->nan_at[ith] = sr * j->cols + c;
+                return;
+            }
+        }
         rl_quant_row_w(j->dst_type, row, j->out + i * j->dst_row_bytes, j->cols, j->w);
     }
 }
@@ -379,6 +395,7 @@ int cmd_quantize(int argc, char **argv) {
     uint32_t *types = NULL;
     uint8_t *buf = NULL;
     float *scratch = NULL;
+    size_t *nan_at = NULL;
     int rc = 1;
     size_t n_layer = 0;
     bool mid_line = false; /* the progress line is open: an error starts a new one */
@@ -422,7 +439,7 @@ int cmd_quantize(int argc, char **argv) {
             size_t a = type_slot(ch.wanted), b = type_slot(dt);
             if (!n_fb[a][b]++) first_fb[a][b] = i;
         }
-        if (dt != t->type && !rl_type_is_float(t->type)) {
+        if (dt != t->type && !rl_type_is_float(t->type) && !t->hf) {
             rl_fail(&e, "%s: tensor '%s' is %s: requantizing from %s is not supported; give an "
                         "F32/F16/BF16 file", inp, name, rl_type_name(t->type),
                     rl_type_name(t->type));
@@ -462,7 +479,8 @@ int cmd_quantize(int argc, char **argv) {
     }
     buf = malloc(max_out ? max_out : 1);
     scratch = malloc((max_cols ? max_cols : 1) * nth * sizeof(float));
-    if (!buf || !scratch) goto oom;
+    nan_at = malloc(nth * sizeof *nan_at);
+    if (!buf || !scratch || !nan_at) goto oom;
     if (rl_pool_new(&pool, nth, &e) < 0) goto fail;
     if (gguf_writer_begin(w, outp, &e) < 0) goto fail;
     fprintf(stderr, "rawloop quantize: %s -> %s (%s%s%s%s), %zu tensors, %zu layers, %zu threads, "
@@ -496,8 +514,16 @@ int cmd_quantize(int argc, char **argv) {
             for (size_t r0 = 0; r0 < rows; r0 += step) {
                 size_t n = rows - r0 < step ? rows - r0 : step;
                 qjob j = {t, types[i], cols, rows, rl_row_bytes(t->type, cols), drb, r0, n, buf,
-                          scratch, calib_weights(&cb, t->name, cols)};
+                          scratch, calib_weights(&cb, t->name, cols), nan_at};
                 rl_pool_run(pool, q_worker, &j);
+                size_t bad = SIZE_MAX;
+                for (size_t k = 0; k < nth; k++) bad = nan_at[k] < bad ? nan_at[k] : bad;
+                if (bad != SIZE_MAX) { /* OUT.tmp is removed by gguf_writer_free */
+                    rl_fail(&e, "%s: tensor '%s' holds e4m3 code 0x%02x at [%zu, %zu]: a NaN "
+                                "(F8_E4M3 codes 0x7f and 0xff), which no finite weight has", inp,
+                            t->hf->src, t->data[bad], bad / cols, bad % cols);
+                    goto fail;
+                }
                 if (gguf_writer_write_part(w, buf, drb * n, &e) < 0) goto fail;
             }
             if (!rows && gguf_writer_write_tensor(w, buf, 0, &e) < 0) goto fail;
@@ -531,6 +557,7 @@ out:
     gguf_writer_free(w);
     free(buf);
     free(scratch);
+    free(nan_at);
     free(types);
     free(src);
     hf_close(&h);
@@ -560,6 +587,7 @@ static int open_input(const char *inp, bool is_hf, gguf_file *f, hf_model *h, sr
             s[i].data = t->data;
             s[i].nbytes = t->nbytes;
             s[i].perm_heads = t->perm_heads;
+            s[i].hf = t;
         }
         return 0;
     }

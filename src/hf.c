@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "quant.h" /* rl_dequant_row */
 #include "safetensors.h"
 #include "types.h"
 
@@ -30,6 +31,11 @@ typedef struct hf_priv {
     size_t n_vocab, n_ctx, n_embd, n_ff, n_head, n_head_kv, head_dim;
     bool explicit_head_dim;
     double rms_eps, rope_theta;
+
+    /* quantization_config with quant_method "fp8": F8_E4M3 weights are read (hf_fp8) */
+    bool fp8;
+    size_t fp8_blk[2];    /* weight_block_size [rows, cols]; {0, 0} when config.json gives
+                             none (then only per-tensor scales fit) */
 
     /* tokenizer */
     bool spm;             /* tokenizer.ggml.model "llama" (else "gpt2") */
@@ -49,6 +55,53 @@ size_t hf_src_row(size_t r, size_t rows, size_t perm_heads) {
     if (!perm_heads) return r;
     size_t hd = rows / perm_heads, i = r % hd;
     return r - i + (i % 2) * (hd / 2) + i / 2;
+}
+
+/* e4m3 code -> value at compile time: (8 + m) * 2^e / 1024 for exponent e > 0, m / 512 for
+ * e = 0 (rl_e4m3_to_f32's definition, exact in float; 0x7f / 0xff read 480, never used). A
+ * table lookup instead of that function's ldexpf per weight: an 8B checkpoint has 8e9. */
+#define E4M3_MAG(c) ((c) >> 3 & 15 ? (float)((8 + ((c) & 7)) << ((c) >> 3 & 15)) / 1024.0f \
+                                   : (float)((c) & 7) / 512.0f)
+#define E4M3(c) ((c) & 0x80 ? -E4M3_MAG((c) & 0x7f) : E4M3_MAG(c))
+#define E4M3_4(c) E4M3(c), E4M3((c) + 1), E4M3((c) + 2), E4M3((c) + 3)
+#define E4M3_16(c) E4M3_4(c), E4M3_4((c) + 4), E4M3_4((c) + 8), E4M3_4((c) + 12)
+#define E4M3_64(c) E4M3_16(c), E4M3_16((c) + 16), E4M3_16((c) + 32), E4M3_16((c) + 48)
+static const float k_e4m3[256] = {E4M3_64(0), E4M3_64(64), E4M3_64(128), E4M3_64(192)};
+
+/* Scale i (row-major) of an FP8 weight, as float32 (a BF16 scale widens exactly). */
+static float fp8_scale_at(const hf_fp8 *f, size_t i) {
+    if (f->scale_type == RL_BF16) {
+        uint16_t b;
+        memcpy(&b, (const uint8_t *)f->scale + 2 * i, 2);
+        uint32_t u = (uint32_t)b << 16;
+        float x;
+        memcpy(&x, &u, 4);
+        return x;
+    }
+    float x;
+    memcpy(&x, (const uint8_t *)f->scale + 4 * i, 4);
+    return x;
+}
+
+size_t hf_read_row(const hf_tensor *t, size_t sr, float *out) {
+    size_t cols = (size_t)t->ne[0];
+    if (t->type != HF_F8_E4M3) {
+        rl_dequant_row(t->type, (const uint8_t *)t->data + sr * rl_row_bytes(t->type, cols), out,
+                       cols);
+        return SIZE_MAX;
+    }
+    const hf_fp8 *f = &t->fp8;
+    const uint8_t *q = (const uint8_t *)t->data + sr * cols;
+    size_t s0 = sr / f->blk_rows * f->n_blk_cols;
+    for (size_t c0 = 0, b = 0; c0 < cols; c0 += f->blk_cols, b++) {
+        float s = fp8_scale_at(f, s0 + b);
+        size_t c1 = cols - c0 < f->blk_cols ? cols : c0 + f->blk_cols;
+        for (size_t c = c0; c < c1; c++) {
+            if ((q[c] & 0x7f) == 0x7f) return c;
+            out[c] = k_e4m3[q[c]] * s;
+        }
+    }
+    return SIZE_MAX;
 }
 
 /* ---- JSON helpers ----------------------------------------------------------------------------- */
@@ -109,6 +162,50 @@ static int cfg_num(const json_t *obj, const char *where, const char *key, bool r
 
 /* ---- config ----------------------------------------------------------------------------------- */
 
+/* config.json's quantization_config: absent, or FP8 as DeepSeek-V3 and Qwen3-*-FP8 publish it
+ * ({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+ * "weight_block_size": [128, 128]}). Any other method, format or activation scheme is refused:
+ * its tensors would mean something this reader does not compute. */
+static int read_quant_config(hf_priv *p, const json_t *cfg, const char *where, rl_err *e) {
+    const json_t *qc = json_object_get(cfg, "quantization_config");
+    if (!qc || json_is_null(qc)) return 0;
+    if (!json_is_object(qc)) return rl_fail(e, "%s: quantization_config is not an object", where);
+    const char *qm = json_string_value(json_object_get(qc, "quant_method"));
+    if (!qm)
+        return rl_fail(e, "%s: quantization_config has no 'quant_method' string", where);
+    if (strcmp(qm, "fp8"))
+        return rl_fail(e, "%s: quantization_config quant_method '%.32s' is not supported (only "
+                       "'fp8': F8_E4M3 weights with block scales)", where, qm);
+    const json_t *fmt = json_object_get(qc, "fmt"), *as = json_object_get(qc, "activation_scheme");
+    if (fmt && !json_is_null(fmt) &&
+        (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3")))
+        return rl_fail(e, "%s: quantization_config fmt '%.32s' is not supported (only 'e4m3')",
+                       where, json_is_string(fmt) ? json_string_value(fmt) : "(not a string)");
+    /* 'static' checkpoints add input_scale tensors for FP8 activations, which a dequantising
+     * reader would drop: refused rather than silently half-read */
+    if (as && !json_is_null(as) &&
+        (!json_is_string(as) || strcmp(json_string_value(as), "dynamic")))
+        return rl_fail(e, "%s: quantization_config activation_scheme '%.32s' is not supported "
+                       "(only 'dynamic')", where,
+                       json_is_string(as) ? json_string_value(as) : "(not a string)");
+    const json_t *bs = json_object_get(qc, "weight_block_size");
+    if (bs && !json_is_null(bs)) {
+        if (!json_is_array(bs) || json_array_size(bs) != 2)
+            return rl_fail(e, "%s: quantization_config weight_block_size must be [rows, cols]",
+                           where);
+        for (size_t i = 0; i < 2; i++) {
+            const json_t *v = json_array_get(bs, i);
+            if (!json_is_integer(v) || json_integer_value(v) <= 0 ||
+                json_integer_value(v) > INT32_MAX)
+                return rl_fail(e, "%s: quantization_config weight_block_size[%zu] must be a "
+                               "positive integer below 2^31", where, i);
+            p->fp8_blk[i] = (size_t)json_integer_value(v);
+        }
+    }
+    p->fp8 = true;
+    return 0;
+}
+
 /* Fills p's model keys and h->arch; computes rope_freqs for llama3 scaling. */
 static int read_config(hf_model *h, hf_priv *p, const json_t *cfg, rl_err *e) {
     const char *dir = h->dir;
@@ -163,6 +260,7 @@ static int read_config(hf_model *h, hf_priv *p, const json_t *cfg, rl_err *e) {
     if (json_is_object(rp) && cfg_num(rp, where, "rope_theta", false, &p->rope_theta, e) < 0)
         return -1;
     if (!(p->rope_theta > 0)) return rl_fail(e, "%s: rope_theta must be positive", where);
+    if (read_quant_config(p, cfg, where, e) < 0) return -1;
     const char *rt = NULL;
     if (json_is_object(rs)) {
         rt = json_string_value(json_object_get(rs, "rope_type"));
@@ -351,6 +449,69 @@ static uint64_t dim_size(const hf_priv *p, enum dim d) {
     }
 }
 
+/* "[a, b]": a stored tensor's shape, for messages. */
+static const char *shape_str(const st_tensor *s, char *buf, size_t cap) {
+    int k = snprintf(buf, cap, "[");
+    for (uint32_t i = 0; i < s->n_dims && k < (int)cap - 24; i++)
+        k += snprintf(buf + k, cap - (size_t)k, "%s%llu", i ? ", " : "",
+                      (unsigned long long)s->shape[i]);
+    snprintf(buf + k, cap - (size_t)k, "]");
+    return buf;
+}
+
+/* The scales of F8_E4M3 weight hname, stored [rows, cols]: its sibling hname_scale_inv, which
+ * must be F32 or BF16, one value per weight_block_size block (the last block of a row or column
+ * may be partial, as DeepSeek's weight_dequant masks it) or one for the whole tensor, and finite
+ * (a NaN scale would poison every value of its block without a trace). */
+static int fp8_scales(hf_model *h, hf_priv *p, const char *hname, uint64_t rows, uint64_t cols,
+                      hf_fp8 *f, rl_err *e) {
+    if (!p->fp8)
+        return rl_fail(e, "%s: tensor '%s' is F8_E4M3 but config.json has no quantization_config "
+                       "with quant_method 'fp8' to say how it is scaled", h->dir, hname);
+    char sn[160], got[96];
+    snprintf(sn, sizeof sn, "%s_scale_inv", hname);
+    const st_tensor *s;
+    int r = find_src(p, sn, &s, e);
+    if (r < 0) return -1;
+    if (!r)
+        return rl_fail(e, "%s: tensor '%s' is F8_E4M3 but its scales '%s' are not in any shard",
+                       h->dir, hname, sn);
+    if (s->dtype != ST_F32 && s->dtype != ST_BF16)
+        return rl_fail(e, "%s: tensor '%s' has dtype %s; FP8 scales must be F32 or BF16", h->dir,
+                       sn, st_dtype_name(s->dtype));
+    f->scale = s->data;
+    f->scale_type = s->dtype == ST_F32 ? RL_F32 : RL_BF16;
+    if (s->nelem == 1 && s->n_dims <= 1) { /* [] or [1]: one scale for the tensor */
+        f->blk_rows = rows ? (size_t)rows : 1;
+        f->blk_cols = cols ? (size_t)cols : 1;
+    } else if (!p->fp8_blk[0]) {
+        return rl_fail(e, "%s: tensor '%s' has shape %s, block scales, but config.json's "
+                       "quantization_config has no weight_block_size", h->dir, sn,
+                       shape_str(s, got, sizeof got));
+    } else {
+        f->blk_rows = p->fp8_blk[0];
+        f->blk_cols = p->fp8_blk[1];
+        uint64_t sr = (rows + f->blk_rows - 1) / f->blk_rows,
+                 sc = (cols + f->blk_cols - 1) / f->blk_cols;
+        if (s->n_dims != 2 || s->shape[0] != sr || s->shape[1] != sc)
+            return rl_fail(e, "%s: tensor '%s' has shape %s, but weight_block_size [%zu, %zu] "
+                           "over '%s' [%llu, %llu] implies [%llu, %llu] (or [] / [1] for one "
+                           "scale)", h->dir, sn, shape_str(s, got, sizeof got), f->blk_rows,
+                           f->blk_cols, hname, (unsigned long long)rows,
+                           (unsigned long long)cols, (unsigned long long)sr,
+                           (unsigned long long)sc);
+    }
+    f->n_blk_cols = (cols + f->blk_cols - 1) / f->blk_cols;
+    if (!f->n_blk_cols) f->n_blk_cols = 1;
+    for (size_t i = 0; i < s->nelem; i++) {
+        float v = fp8_scale_at(f, i);
+        if (!isfinite(v))
+            return rl_fail(e, "%s: tensor '%s' holds a non-finite scale (%g) at index %zu", h->dir,
+                           sn, (double)v, i);
+    }
+    return 0;
+}
+
 /* Appends GGUF tensor gname from HF tensor hname; optional: absent is not an error. */
 static int add_tensor(hf_model *h, hf_priv *p, const char *hname, const char *gname,
                       enum dim rows, enum dim cols, size_t perm_heads, bool optional,
@@ -366,11 +527,7 @@ static int add_tensor(hf_model *h, hf_priv *p, const char *hname, const char *gn
     bool vec = cols == D_1;
     if (s->n_dims != (vec ? 1u : 2u) || s->shape[0] != er || (!vec && s->shape[1] != ec)) {
         char got[96];
-        int k = snprintf(got, sizeof got, "[");
-        for (uint32_t i = 0; i < s->n_dims && k < 80; i++)
-            k += snprintf(got + k, sizeof got - (size_t)k, "%s%llu", i ? ", " : "",
-                          (unsigned long long)s->shape[i]);
-        snprintf(got + k, sizeof got - (size_t)k, "]");
+        shape_str(s, got, sizeof got);
         if (vec)
             return rl_fail(e, "%s: tensor '%s' has shape %s, config.json implies [%llu]", h->dir,
                            hname, got, (unsigned long long)er);
@@ -379,12 +536,18 @@ static int add_tensor(hf_model *h, hf_priv *p, const char *hname, const char *gn
     }
     static const uint32_t k_types[ST_DTYPE_COUNT] = {[ST_F32] = RL_F32 + 1,
                                                      [ST_F16] = RL_F16 + 1,
-                                                     [ST_BF16] = RL_BF16 + 1};
-    if (!k_types[s->dtype])
-        return rl_fail(e, "%s: tensor '%s' has dtype %s; only F32, F16 and BF16 can be converted",
-                       h->dir, hname, st_dtype_name(s->dtype));
+                                                     [ST_BF16] = RL_BF16 + 1,
+                                                     [ST_F8_E4M3] = HF_F8_E4M3 + 1};
+    if (!k_types[s->dtype] || (s->dtype == ST_F8_E4M3 && vec))
+        return rl_fail(e, "%s: tensor '%s' has dtype %s; only F32, F16 and BF16 can be converted "
+                       "(and F8_E4M3 matrices with block scales)", h->dir, hname,
+                       st_dtype_name(s->dtype));
+    hf_fp8 fp8 = {0};
+    if (s->dtype == ST_F8_E4M3 && fp8_scales(h, p, hname, er, ec, &fp8, e) < 0) return -1;
     hf_tensor *t = &h->tensors[h->n_tensors++];
     snprintf(t->name, sizeof t->name, "%s", gname);
+    snprintf(t->src, sizeof t->src, "%s", hname);
+    t->fp8 = fp8;
     t->n_dims = vec ? 1 : 2;
     t->ne[0] = vec ? er : ec;
     t->ne[1] = vec ? 1 : er;
@@ -434,7 +597,9 @@ static int collect_tensors(hf_model *h, hf_priv *p, bool tied, rl_err *e) {
      * carry a copy, which is skipped */
     if (tied) {
         const st_tensor *s;
-        if (find_src(p, "lm_head.weight", &s, e) < 0) return -1;
+        if (find_src(p, "lm_head.weight", &s, e) < 0 ||
+            find_src(p, "lm_head.weight_scale_inv", &s, e) < 0)
+            return -1;
     } else if (add_tensor(h, p, "lm_head.weight", "output.weight", D_VOCAB, D_EMBD, 0, true,
                           e) < 0) {
         return -1;
@@ -446,6 +611,10 @@ static int collect_tensors(hf_model *h, hf_priv *p, bool tied, rl_err *e) {
             size_t l = strlen(nm);
             if (p->used[s][i] || (l >= 20 && !strcmp(nm + l - 20, "rotary_emb.inv_freq")))
                 continue;
+            if (l >= 10 && !strcmp(nm + l - 10, "_scale_inv"))
+                return rl_fail(e, "%s: unexpected tensor '%.96s': FP8 scales of a weight that is "
+                               "not F8_E4M3, or that a %s model does not have", p->shards[s].name,
+                               nm, h->arch);
             return rl_fail(e, "%s: unexpected tensor '%.96s' (not part of a %zu-layer %s model "
                            "as config.json describes it)", p->shards[s].name, nm, h->n_layer,
                            h->arch);
