@@ -27,9 +27,10 @@ static void usage(FILE *out) {
         "              its time, share of the token, bytes read and GB/s\n"
         "  --device D  cpu, cuda or auto (default)\n"
         "  --kv-type T f16 (default), f32 (CPU only), or q8 (8-bit blocks of 32) KV cache\n"
-        "  --autotune  GPU: time tg (-n, -r, -d) under each setting of the tile knobs (warps\n"
-        "              per matvec block, blocks per SM, and with -d >= 1024 the attention split\n"
-        "              cap), each on a new backend, and print the fastest as an export line\n"
+        "  --autotune  GPU: time tg (-n, -r, -d) while one pass of coordinate descent tries the\n"
+        "              knobs (matvec warps, blocks per SM, streaming, PDL, persistent kernel; with\n"
+        "              -d >= 1024 the attention split and its cap), each on a new backend, and\n"
+        "              print the fastest as an export line\n"
         "  --prefill M exact (bit-identical to decoding token by token), fast (GPU: fp16\n"
         "              tensor-core GEMMs, same quality class, not the same bits) or auto\n"
         "              (default: fast on the GPU unless --exact; the CPU is always exact)\n");
@@ -82,58 +83,91 @@ static int time_tg(rl_backend *be, const int32_t *toks, long ng, long reps, long
     return 0;
 }
 
-/* --autotune: the GPU's tile knobs (docs/CUDA.md, "Knobs") tried on this machine and model,
- * each setting on a freshly opened backend (the knobs are read at open); prints every
- * setting's tg rate and the environment line that selects the fastest. Attention's split cap
- * only matters with context, so it is tried only with -d >= 1024. */
+/* --autotune: the GPU's knobs (docs/CUDA.md, "Knobs") tried on this machine and model by
+ * coordinate descent: starting from the shipped defaults, each knob in turn takes each of its
+ * values with the others at their best so far, each setting on a freshly opened backend (the
+ * knobs are read at open). A full grid of seven knobs would be hundreds of runs; one pass costs
+ * one run per value. Prints every run and the environment line that selects the best.
+ * Attention's split knobs only matter with context, so they are tried only with -d >= 1024.
+ * The caller's values of these variables are restored afterwards. */
+typedef struct tune_knob {
+    const char *name;
+    const char *values[4]; /* "" first: unset, the shipped default; NULL ends the list */
+    bool depth_only;
+} tune_knob;
+
+static const tune_knob k_tune[] = {
+    {"RL_CUDA_MV_WARPS", {"", "4", "8", "16"}, false},
+    {"RL_CUDA_MV_BLOCKS", {"", "2", "4", NULL}, false},
+    {"RL_CUDA_MVS", {"", "0", "1", "2"}, false},
+    {"RL_CUDA_PDL", {"", "0", "1", NULL}, false},
+    {"RL_CUDA_PERSIST", {"", "1", NULL, NULL}, false},
+    {"RL_CUDA_ATT_SPLIT", {"", "64", "256", NULL}, true},
+    {"RL_CUDA_ATT_MAXSPLIT", {"", "16", "64", NULL}, true},
+};
+#define N_TUNE (sizeof k_tune / sizeof k_tune[0])
+
+static void tune_apply(const int *pick) {
+    for (size_t i = 0; i < N_TUNE; i++) {
+        const char *v = k_tune[i].values[pick[i]];
+        if (*v) setenv(k_tune[i].name, v, 1);
+        else unsetenv(k_tune[i].name);
+    }
+}
+
 static int autotune(cli_session *s, const rl_backend_opts *co, long ng, long reps, long depth,
                     const int32_t *toks, float *lg) {
-    static const int warps[] = {4, 8, 16}, blocks[] = {2, 4, 8}, splits[] = {16, 32, 64};
-    const char *names[] = {"RL_CUDA_MV_WARPS", "RL_CUDA_MV_BLOCKS", "RL_CUDA_ATT_MAXSPLIT"};
-    char *saved[3];
-    for (int i = 0; i < 3; i++) {
-        const char *v = getenv(names[i]);
+    char *saved[N_TUNE];
+    int best[N_TUNE] = {0}, rc = 0;
+    for (size_t i = 0; i < N_TUNE; i++) {
+        const char *v = getenv(k_tune[i].name);
         saved[i] = v ? strdup(v) : NULL;
     }
-    int nsplit = depth >= 1024 ? 3 : 1, best[3] = {0, 0, 0}, rc = 0;
     double best_tps = 0;
     rl_err e = {{0}};
-    printf("autotune: %s, tg%ld at depth %ld, median of %ld, each setting on a new backend\n\n"
-           "| %s | %s | %s | tg t/s |\n| ---: | ---: | ---: | ---: |\n", s->be.name, ng, depth,
-           reps, names[0], names[1], nsplit > 1 ? names[2] : "(ATT_MAXSPLIT: -d < 1024, kept)");
-    for (int w = 0; w < 3 && !rc; w++)
-        for (int b = 0; b < 3 && !rc; b++)
-            for (int a = 0; a < nsplit && !rc; a++) {
-                char buf[3][16];
-                snprintf(buf[0], sizeof buf[0], "%d", warps[w]);
-                snprintf(buf[1], sizeof buf[1], "%d", blocks[b]);
-                snprintf(buf[2], sizeof buf[2], "%d", splits[nsplit > 1 ? a : 1]);
-                for (int i = 0; i < 3; i++)
-                    if (i < 2 || nsplit > 1) setenv(names[i], buf[i], 1);
-                rl_backend_close(&s->be);
-                double tps = 0;
-                if (rl_backend_open(&s->be, &s->model, co, &e) || time_tg(&s->be, toks, ng, reps, depth, lg, &tps, &e)) {
-                    fprintf(stderr, "rawloop: autotune: %s\n", e.msg);
-                    rc = -1;
-                    break;
-                }
-                printf("| %s | %s | %s | %.2f |\n", buf[0], buf[1], nsplit > 1 ? buf[2] : "-", tps);
-                fflush(stdout);
-                if (tps > best_tps) {
-                    best_tps = tps;
-                    best[0] = warps[w], best[1] = blocks[b], best[2] = splits[nsplit > 1 ? a : 1];
-                }
+    printf("autotune: %s, tg%ld at depth %ld, median of %ld, each setting on a new backend;\n"
+           "one pass of coordinate descent from the shipped defaults (\"-\": unset)%s\n\n"
+           "| knob | value | tg t/s | best so far |\n| --- | ---: | ---: | ---: |\n",
+           s->be.name, ng, depth, reps, depth >= 1024 ? "" : "; attention splits kept (-d < 1024)");
+    for (size_t k = 0; k < N_TUNE && !rc; k++) {
+        if (k_tune[k].depth_only && depth < 1024) continue;
+        /* the defaults are timed once, as the first knob's first value */
+        for (int v = k == 0 ? 0 : 1; v < 4 && k_tune[k].values[v] && !rc; v++) {
+            int pick[N_TUNE];
+            memcpy(pick, best, sizeof pick);
+            pick[k] = v;
+            tune_apply(pick);
+            rl_backend_close(&s->be);
+            double tps = 0;
+            if (rl_backend_open(&s->be, &s->model, co, &e) || time_tg(&s->be, toks, ng, reps, depth, lg, &tps, &e)) {
+                fprintf(stderr, "rawloop: autotune (%s=%s): %s\n", k_tune[k].name, k_tune[k].values[v], e.msg);
+                rc = -1;
+                break;
             }
-    for (int i = 0; i < 3; i++) { /* the caller's environment as it was */
-        if (saved[i]) setenv(names[i], saved[i], 1);
-        else unsetenv(names[i]);
+            if (tps > best_tps) {
+                best_tps = tps;
+                memcpy(best, pick, sizeof best);
+            }
+            printf("| %s | %s | %.2f | %.2f |\n", k_tune[k].name, *k_tune[k].values[v] ? k_tune[k].values[v] : "-",
+                   tps, best_tps);
+            fflush(stdout);
+        }
+    }
+    for (size_t i = 0; i < N_TUNE; i++) { /* the caller's environment as it was */
+        if (saved[i]) setenv(k_tune[i].name, saved[i], 1);
+        else unsetenv(k_tune[i].name);
         free(saved[i]);
     }
     if (rc) return -1;
-    printf("\nfastest: %.2f tok/s with\n  export %s=%d %s=%d", best_tps, names[0], best[0], names[1], best[1]);
-    if (nsplit > 1) printf(" %s=%d", names[2], best[2]);
-    printf("\n(unset, the shipped defaults apply: docs/CUDA.md, \"Knobs\"; knobs are read when a "
-           "backend opens)\n");
+    printf("\nfastest: %.2f tok/s with ", best_tps);
+    bool any = false;
+    for (size_t i = 0; i < N_TUNE; i++)
+        if (best[i]) {
+            printf("%s%s=%s", any ? " " : "\n  export ", k_tune[i].name, k_tune[i].values[best[i]]);
+            any = true;
+        }
+    printf("%s\n(unset, the shipped defaults apply: docs/CUDA.md, \"Knobs\"; knobs are read when a "
+           "backend opens; one pass of descent is not a full search)\n", any ? "" : "the shipped defaults");
     return 0;
 }
 

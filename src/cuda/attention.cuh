@@ -31,13 +31,6 @@
  * at short context and slower at depth 4096 too.)
  * Q8: an int8 cache with a scale per 32 values (--kv-type q8, half the bytes of f16): a key's
  * score is the sum over its 32-value blocks of d * (q . k_int8), a value row adds (e * d) * v. */
-/* Positions per split over n_pos positions: the knob, widened (in steps of 32) to keep at most
- * max_split splits so the merge stays short at depth; a function of the position only, so
- * every block (and the persistent kernel's scheduler) agrees. */
-__device__ __forceinline__ int att_split_len(const rl_att_args &a, int n_pos) {
-    return max(a.split, ((n_pos + a.max_split - 1) / a.max_split + 31) / 32 * 32);
-}
-
 /* Flash-decode block (head h, split s, token z), computed by the ATT_THREADS threads of group g
  * (their own barrier; the kernel below: the whole block). sm: rl_attention_smem(a) bytes of
  * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: rl_ld_cg (kernels.h). The split
@@ -55,7 +48,7 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
     float *oz = a.out + (size_t)z * a.n_head * hd;
     float *pz = a.part + (size_t)z * a.n_head * a.n_split * (hd + 2);
     int *cz = a.count + (size_t)z * a.n_head;
-    const int S = att_split_len(a, n_pos);
+    const int S = rl_att_split_len(a.split, a.max_split, n_pos);
     const int p0 = s * S;
     if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
     const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S;

@@ -143,10 +143,12 @@ static int mvs_for(size_t n_embd) { return n_embd >= 4096 ? 2 : 1; }
 static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
     if (knob("RL_CUDA_MV_WARPS", 0, 0, 16, &k->mv_warps, e) || /* 0: mv_warps_for */
         knob("RL_CUDA_MV_BLOCKS", 8, 1, 64, &k->mv_blocks_per_sm, e) ||
-        /* 128 positions per split, at most 16 splits: one split (no merge) while decoding the
-         * first 128 positions (docs/PERF.md v2.9) */
+        /* 128 positions per split: one split (no merge) while decoding the first 128 positions
+         * (docs/PERF.md v2.9); at most 20 splits, widened in steps of 128 past 2560 positions
+         * (v2.10: against 16 and 32, +1-4% at depth 2048 and 4096; the grid holds max_split
+         * blocks per head, and idle ones cost: 32 lost 5% at depth 4096) */
         knob("RL_CUDA_ATT_SPLIT", 128, 32, 8192, &k->att_split, e) ||
-        knob("RL_CUDA_ATT_MAXSPLIT", 16, 1, 1024, &k->att_max_split, e) ||
+        knob("RL_CUDA_ATT_MAXSPLIT", 20, 1, 1024, &k->att_max_split, e) ||
         knob("RL_CUDA_PDL", 2, 0, 2, &k->pdl, e) || /* 2: the streamed matvec's launches (docs/PERF.md) */
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
         knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */
@@ -904,9 +906,8 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
      * the grid need no more */
     if (c->n_split > c->knobs.att_max_split) c->n_split = c->knobs.att_max_split;
     {
-        size_t ms = (size_t)c->knobs.att_max_split;
-        size_t wide = ((c->n_ctx + ms - 1) / ms + 31) / 32 * 32, sp = (size_t)c->knobs.att_split;
-        c->split_max = (int)(wide > sp ? wide : sp);
+        /* the split only widens with the position, so the last one's is the widest */
+        c->split_max = rl_att_split_len(c->knobs.att_split, c->knobs.att_max_split, (int)c->n_ctx);
         rl_att_args t;
         memset(&t, 0, sizeof t);
         t.n_head = (int)cfg->n_head;

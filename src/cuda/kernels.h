@@ -135,7 +135,7 @@ struct rl_cuda_knobs {
     int mv_blocks_per_sm;/* matvec grid cap per SM (RL_CUDA_MV_BLOCKS, default 8; also capped
                             by the kernel's occupancy, so the grid is one wave) */
     int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 128) */
-    int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 16): wider
+    int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 20): wider
                             splits past att_split * att_max_split positions */
     int pdl;             /* programmatic dependent launch (RL_CUDA_PDL; sm_90 only): 0 off, 1 every
                             launch, 2 (default) the streamed matvec's launches only */
@@ -202,6 +202,18 @@ struct rl_att_args {
     int pos0;              /* position of the first token when io is NULL */
     const float *bq, *bk, *bv; /* biases rope_kv adds first (prefill), or NULL */
 };
+
+/* Positions per flash-decode split over n_pos positions: the knob `split` while that makes at
+ * most max_split splits; past that, widened so the merge stays short at depth, in steps of 128,
+ * the block's thread count: the score pass gives each thread one key per 128 positions, so a
+ * split of 288 would cost every thread a third dependent key load for 32 keys' worth of work
+ * (docs/PERF.md v2.10). A function of the position only, and never narrower at a later one,
+ * so every block, the persistent kernel's scheduler and the host's shared-memory size (the
+ * split at n_ctx) agree. */
+__host__ __device__ inline int rl_att_split_len(int split, int max_split, int n_pos) {
+    if ((n_pos + split - 1) / split <= max_split) return split;
+    return ((n_pos + max_split - 1) / max_split + 127) / 128 * 128;
+}
 
 /* q/k norm, RoPE, and the f16 write of k and v at io->pos (one launch). */
 void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st);

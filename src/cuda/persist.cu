@@ -100,7 +100,7 @@ __device__ __forceinline__ void pk_attention(const rl_att_args &a, uint8_t *smem
                                              int *tick) {
     const int grp = (threadIdx.x >> 5) / PK_GROUP_WARPS, n_grp = (blockDim.x >> 5) / PK_GROUP_WARPS;
     const int n_pos = a.io->pos + 1;
-    const int S = att_split_len(a, n_pos);
+    const int S = rl_att_split_len(a.split, a.max_split, n_pos);
     const int nvb = a.n_head * ((n_pos + S - 1) / S);
     float *sm = (float *)(smem + (size_t)grp * att_smem);
     const rl_grp g = {1 + grp, ATT_THREADS};

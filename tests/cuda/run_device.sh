@@ -123,10 +123,10 @@ if has e; then
     greedy "rawloop-small Q8_0" models/rawloop-small.gguf --exact
     greedy "rawloop-small Q8_0" models/rawloop-small.gguf
     # 600 positions: several attention splits (128 positions each by default), and with 32 per
-    # split the widened splits past 16 * 32 positions
+    # split and at most 4 splits both widenings: 32 up to 128 positions, 128 up to 512, then 256
     IDS_LONG=$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(600)))")
     cmp2 "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_LONG"
-    RL_CUDA_ATT_SPLIT=32 cmp2 "rawloop-small Q8_0 (split 32, widened)" models/rawloop-small.gguf "$IDS_LONG"
+    RL_CUDA_ATT_SPLIT=32 RL_CUDA_ATT_MAXSPLIT=4 cmp2 "rawloop-small Q8_0 (split 32 max 4, widened twice)" models/rawloop-small.gguf "$IDS_LONG"
 fi
 
 if has r; then
@@ -351,7 +351,7 @@ fi
 # runs, with 32 positions per split, so that the attention splits widen (and the merge runs)
 # within a short id list.
 persist_same() { # name model ids [MS]
-    local name=$1 model=$2 ids=$3 ms=${4:-16} mode ok=1 info=""
+    local name=$1 model=$2 ids=$3 ms=${4:-32} mode ok=1 info=""
     local RL_CUDA_ATT_SPLIT=128
     [ -n "${4:-}" ] && RL_CUDA_ATT_SPLIT=32
     export RL_CUDA_ATT_SPLIT
