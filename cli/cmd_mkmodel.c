@@ -208,7 +208,8 @@ int cmd_mkmodel(int argc, char **argv) {
     if (!td) goto oom;
     size_t k = 0, qd = sh->n_head * sh->head_dim, kvd = sh->n_head_kv * sh->head_dim;
     /* types come from the recipe shared with `rawloop quantize` (src/recipe.h) */
-    rl_recipe_ctx rc_ctx = {ft, sh->n_layer, !sh->tied, false, false};
+    rl_recipe_ctx rc_ctx = {ft, sh->n_layer, !sh->tied, false, false,
+                            rl_recipe_is_70b(sh->arch, sh->n_layer, sh->n_head, sh->n_head_kv)};
 #define T2(nm, cols, rows) do { snprintf(td[k].name, 64, "%s", nm); td[k].n_dims = 2; \
         td[k].ne[0] = (cols); td[k].ne[1] = (rows); \
         td[k].type = rl_recipe_type(&rc_ctx, td[k].name, 2, td[k].ne); k++; } while (0)

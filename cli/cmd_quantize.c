@@ -167,6 +167,24 @@ static int model_layers(const gguf_file *f, size_t *n_layer, rl_err *e) {
     return 0;
 }
 
+/* Whether a GGUF is llama.cpp's 70B type (rl_recipe_is_70b), from its architecture and
+ * attention.head_count(_kv) keys; a file without them is not (llama.cpp could not load it). */
+static int gguf_is_70b(const gguf_file *f, size_t n_layer, bool *is_70b, rl_err *e) {
+    gguf_str arch;
+    uint32_t nh = 0, nkv = 0;
+    char a[64], key[128];
+    *is_70b = false;
+    if (gguf_get_str(f, "general.architecture", &arch, e) != 1) return 0;
+    snprintf(a, sizeof a, "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
+    snprintf(key, sizeof key, "%s.attention.head_count", a);
+    if (gguf_get_u32(f, key, &nh, e) < 0) return -1;
+    nkv = nh; /* llama.cpp's default when head_count_kv is absent */
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
+    if (gguf_get_u32(f, key, &nkv, e) < 0) return -1;
+    *is_70b = rl_recipe_is_70b(a, n_layer, nh, nkv);
+    return 0;
+}
+
 /* Calibration (--calib): for every matmul input of the forward pass, numbered as the CPU
  * backend's observe hook numbers them, the per-column mean of x_j^2 over the calibration
  * tokens. A weight that multiplies a large activation matters more to the output, so the
@@ -420,7 +438,9 @@ int cmd_quantize(int argc, char **argv) {
     if (h.warning[0]) fprintf(stderr, "rawloop quantize: warning: %s\n", h.warning);
     bool has_output = false;
     for (size_t i = 0; i < n_src; i++) has_output |= !strcmp(src[i].name, "output.weight");
-    rl_recipe_ctx rctx = {ft, n_layer, has_output, pure, calib_path != NULL};
+    bool is_70b = is_hf ? rl_recipe_is_70b(h.arch, h.n_layer, h.n_head, h.n_head_kv) : false;
+    if (!is_hf && gguf_is_70b(&f, n_layer, &is_70b, &e) < 0) goto fail;
+    rl_recipe_ctx rctx = {ft, n_layer, has_output, pure, calib_path != NULL, is_70b};
     types = calloc(n_src ? n_src : 1, sizeof *types);
     if (!types) goto oom;
 

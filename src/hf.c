@@ -236,6 +236,8 @@ static int read_config(hf_model *h, hf_priv *p, const json_t *cfg, rl_err *e) {
         return rl_fail(e, "%s/config.json: num_attention_heads %zu is not a multiple of "
                        "num_key_value_heads %zu", dir, p->n_head, p->n_head_kv);
     p->head_dim = p->n_embd / p->n_head;
+    h->n_head = p->n_head;
+    h->n_head_kv = p->n_head_kv;
     int r = cfg_size(cfg, dir, "head_dim", false, &p->head_dim, e);
     if (r < 0) return -1;
     p->explicit_head_dim = r == 1;

@@ -66,6 +66,7 @@ typedef struct hf_model {
     char dir[512];
     char arch[16];          /* "llama", "qwen2", "qwen3" */
     size_t n_layer;
+    size_t n_head, n_head_kv; /* attention heads, key/value heads (config.json) */
     size_t n_tensors;
     hf_tensor *tensors;     /* in llama.cpp's order: token_embd, rope_freqs, blk.*, norm, output */
     char warning[256];      /* non-fatal note for the user ("" when none) */

@@ -43,6 +43,11 @@ const rl_ftype *rl_ftype_rawloop_at(size_t i) {
     return i < sizeof k_rawloop_ftypes / sizeof *k_rawloop_ftypes ? &k_rawloop_ftypes[i] : NULL;
 }
 
+bool rl_recipe_is_70b(const char *arch, size_t n_layer, size_t n_head, size_t n_head_kv) {
+    if (n_layer != 80) return false;
+    return (!strcmp(arch, "llama") && n_head != n_head_kv) || !strcmp(arch, "qwen2");
+}
+
 bool rl_recipe_more_bits(size_t i, size_t n) {
     return i < n / 8 || i >= 7 * n / 8 || (i >= n / 8 && (i - n / 8) % 3 == 2);
 }
@@ -109,6 +114,8 @@ int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const
                 t = RL_Q5_K;
             else if (c->calib && (t == RL_Q4_0 || t == RL_Q5_0) && v < 0 && l >= 0 && (size_t)l < c->n_layer / 8)
                 t = t == RL_Q4_0 ? RL_Q4_1 : RL_Q5_1; /* llama.cpp's guard for the first ffn_down */
+            /* after the bumps, as in llama.cpp: a more_bits layer's Q6_K stays */
+            if (c->is_70b && ft->mix != RL_MIX_NONE && v >= 0 && t == RL_Q4_K) t = RL_Q5_K;
         }
         /* a 2-bit embedding (and tied head) loses too much; FP8 keeps its own 8 bits */
         if (t == RL_RQ2 && !c->pure && !strcmp(name, "token_embd.weight")) t = RL_Q8_0;

@@ -83,7 +83,16 @@ typedef struct rl_recipe_ctx {
                         still stay F32 */
     bool calib;      /* --calib given (llama.cpp's has_imatrix): Q4_0 / Q5_0 put the first n/8
                         ffn_down in Q4_1 / Q5_1 */
+    bool is_70b;     /* llama.cpp's LLM_TYPE_70B (rl_recipe_is_70b): the _M / _S recipes put
+                        attn_v in Q5_K where they would write Q4_K */
 } rl_recipe_ctx;
+
+/* Whether llama.cpp would quantize this model as its 70B type: its loader gives llama models
+ * of 80 layers with grouped-query attention (n_head != n_head_kv; without it, 80 layers is
+ * the 65B) and qwen2 models of 80 layers that type; of the architectures rawloop reads, no
+ * other. Eight query heads then share each attn_v row, so attn_v is an eighth of attn_q's
+ * size and more bits there cost little. */
+bool rl_recipe_is_70b(const char *arch, size_t n_layer, size_t n_head, size_t n_head_kv);
 
 /* What rl_recipe_choose decided for one tensor. */
 typedef struct rl_recipe_choice {
@@ -100,7 +109,8 @@ typedef struct rl_recipe_choice {
  *    the file type's block, else Q6_K (a Q8_0 file keeps Q8_0);
  *    blk.N.attn_v / blk.N.ffn_down in Q6_K on more_bits layers for the _M recipes; for
  *    Q4_K_S attn_v of layers 0-3 and ffn_down of layers below n_layer / 8 in Q5_K (Q5_K_S has
- *    no bumps: it is Q5_K with the head rule); with calib, ffn_down of layers below n_layer / 8
+ *    no bumps: it is Q5_K with the head rule); for a 70B (is_70b) every other attn_v of the
+ *    _M / _S recipes that would be Q4_K is Q5_K; with calib, ffn_down of layers below n_layer / 8
  *    in Q4_1 for Q4_0 and Q5_1 for Q5_0 (llama.cpp does this only with an imatrix);
  *    token_embd.weight in Q8_0 for RQ2 unless pure (the rows it looks up, and the output
  *    head when tied, lose too much at 2 bits);

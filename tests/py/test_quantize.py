@@ -262,6 +262,73 @@ def test_pure_disables_the_mix(rawloop, synth, tmp_path):
 FINAL = re.compile(rb"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
 
 
+def model_80(path, n_head_kv, arch="llama"):
+    """An 80-layer model at toy width (llama.cpp types llama with 80 layers and GQA, and qwen2
+    with 80 layers, as its 70B): rows of 256 values, F16."""
+    rng = np.random.default_rng(3)
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(80)
+    w.add_embedding_length(256)
+    w.add_feed_forward_length(256)
+    w.add_head_count(4)
+    w.add_head_count_kv(n_head_kv)
+    w.add_context_length(128)
+    w.add_file_type(1)
+    w.add_array("tokenizer.ggml.tokens", [f"t{i}" for i in range(64)])
+
+    def mat(name, rows):
+        w.add_tensor(name, (rng.standard_normal((rows, 256)) * 0.02).astype(np.float16))
+
+    mat("token_embd.weight", 64)
+    kv = 64 * n_head_kv
+    for l in range(80):
+        w.add_tensor(f"blk.{l}.attn_norm.weight", np.ones(256, np.float32))
+        for n, r in [("attn_q", 256), ("attn_k", kv), ("attn_v", kv), ("attn_output", 256),
+                     ("ffn_gate", 256), ("ffn_up", 256), ("ffn_down", 256)]:
+            mat(f"blk.{l}.{n}.weight", r)
+        w.add_tensor(f"blk.{l}.ffn_norm.weight", np.ones(256, np.float32))
+    w.add_tensor("output_norm.weight", np.ones(256, np.float32))
+    mat("output.weight", 64)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# use_more_bits for 80 layers, by hand: 0-9, 70-79, and 12, 15, ..., 69 between
+MORE_80 = set(range(10)) | set(range(70, 80)) | set(range(12, 70, 3))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,n_head_kv,is_70b", [("llama", 1, True), ("llama", 4, False),
+                                                   ("qwen2", 4, True)])
+def test_70b_attn_v_rule(rawloop, tmp_path, arch, n_head_kv, is_70b):
+    """llama.cpp's LLM_TYPE_70B rule (llama-quant.cpp): attn_v that Q4_K_M / Q4_K_S would write
+    as Q4_K is Q5_K; llama with 80 layers and no GQA is its 65B, which keeps Q4_K. Session 12
+    compared both recipes on such a file with llama-quantize d32676d77 (docs/FORMATS.md, rule 4):
+    all 723 tensors the same types and bytes."""
+    src = tmp_path / "m80.gguf"
+    model_80(src, n_head_kv, arch)
+    for qtype in ["Q4_K_M", "Q4_K_S"]:
+        out = tmp_path / f"m80-{qtype}.gguf"
+        quantize(rawloop, src, out, qtype, "-t", "2")
+        ours = tensors(out)
+        for l in range(80):
+            got = ours[f"blk.{l}.attn_v.weight"].tensor_type
+            if qtype == "Q4_K_M":
+                want = T.Q6_K if l in MORE_80 else T.Q5_K if is_70b else T.Q4_K
+            else:
+                want = T.Q5_K if l < 4 or is_70b else T.Q4_K
+            assert got == want, (arch, n_head_kv, qtype, l, got.name, want.name)
+            assert ours[f"blk.{l}.attn_k.weight"].tensor_type == T.Q4_K
+        down = [ours[f"blk.{l}.ffn_down.weight"].tensor_type for l in range(80)]
+        if qtype == "Q4_K_M":
+            assert down == [T.Q6_K if l in MORE_80 else T.Q4_K for l in range(80)]
+        else:
+            assert down == [T.Q5_K if l < 10 else T.Q4_K for l in range(80)]
+        out.unlink()
+
+
 def ppl(rawloop, model):
     p = rawloop("perplexity", "-m", model, "-f", HELDOUT, "--chunks", "8", "-c", "256")
     m = FINAL.search(p.stdout + p.stderr)

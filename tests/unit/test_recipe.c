@@ -33,7 +33,7 @@ static void check_tinyllama(const char *ftname, uint32_t base, bool mix, bool pu
     const rl_ftype *ft = rl_ftype_find(ftname);
     CHECK(ft != NULL, "file type %s known", ftname);
     if (!ft) return;
-    rl_recipe_ctx c = {ft, N_LAYER, true, pure, false};
+    rl_recipe_ctx c = {ft, N_LAYER, true, pure, false, false};
     bool quantized = base != RL_F32 && base != RL_F16 && base != RL_BF16;
     uint32_t head = quantized && !pure && base != RL_Q8_0 ? RL_Q6_K : base;
     CHECK(ty(&c, "token_embd.weight", 2, 2048, 32000) == base, "%s token_embd", ftname);
@@ -84,7 +84,7 @@ static void test_tinyllama(void) {
  * in Q5_K (llama_tensor_get_type: i_attention_wv < 4, i_layer < n_layer / 8), head Q6_K,
  * everything else Q4_K. Q5_K_S: plain Q5_K with the head rule, file type 16 as Q5_K. */
 static void test_k_s(void) {
-    rl_recipe_ctx c = {rl_ftype_find("q4_k_s"), N_LAYER, true, false, false};
+    rl_recipe_ctx c = {rl_ftype_find("q4_k_s"), N_LAYER, true, false, false, false};
     CHECK(c.ft && c.ft->file_type == 14 && c.ft->base == RL_Q4_K, "Q4_K_S known, file type 14");
     if (!c.ft) return;
     size_t n_v = 0, n_down = 0;
@@ -116,7 +116,7 @@ static void test_k_s(void) {
     check_tinyllama("Q5_K_S", RL_Q5_K, false, false);
     /* with calibration (llama.cpp: an imatrix), Q4_0 / Q5_0 put ffn_down of layers < n/8 in
      * Q4_1 / Q5_1; nothing else moves, and Q4_K_S / Q8_0 ignore it */
-    rl_recipe_ctx q = {rl_ftype_find("Q4_0"), N_LAYER, true, false, true};
+    rl_recipe_ctx q = {rl_ftype_find("Q4_0"), N_LAYER, true, false, true, false};
     for (size_t l = 0; l < N_LAYER; l++) {
         char nm[64];
         snprintf(nm, sizeof nm, "blk.%zu.ffn_down.weight", l);
@@ -153,7 +153,7 @@ static void test_more_bits(void) {
 }
 
 static void test_tied_and_fallback(void) {
-    rl_recipe_ctx c = {rl_ftype_find("Q4_K_M"), 16, false, false, false};
+    rl_recipe_ctx c = {rl_ftype_find("Q4_K_M"), 16, false, false, false, false};
     /* tied embeddings: token_embd is the output head, so it gets the head's Q6_K */
     CHECK(ty(&c, "token_embd.weight", 2, 2048, 128256) == RL_Q6_K, "tied token_embd Q6_K");
     c.pure = true;
@@ -268,10 +268,57 @@ static void test_gpu_types(void) {
     }
 }
 
+/* llama.cpp's 70B rule on an 80-layer Llama-2/3-70B (n_embd 8192, kv dim 1024, n_ff 28672):
+ * its loader types llama with 80 layers and GQA, and qwen2 with 80 layers, as 70B; attn_v that
+ * the recipe would write as Q4_K becomes Q5_K (after the bumps: the _M recipe's Q6_K layers
+ * stay Q6_K). The _M layer set for 80 layers, by hand: 0-9 (80/8 = 10), 70-79 (7*80/8 = 70),
+ * and 10 + 3k + 2 = 12, 15, ..., 69 between. */
+static void test_70b(void) {
+    CHECK(rl_recipe_is_70b("llama", 80, 64, 8), "llama 80 layers GQA is 70B");
+    CHECK(!rl_recipe_is_70b("llama", 80, 64, 64), "llama 80 layers MHA is llama.cpp's 65B");
+    CHECK(!rl_recipe_is_70b("llama", 79, 64, 8) && !rl_recipe_is_70b("llama", 81, 64, 8), "80 layers exactly");
+    CHECK(rl_recipe_is_70b("qwen2", 80, 64, 64) && rl_recipe_is_70b("qwen2", 80, 64, 8), "qwen2 80 layers");
+    CHECK(!rl_recipe_is_70b("qwen3", 80, 64, 8), "qwen3 has no 70B type in llama.cpp");
+    rl_recipe_ctx m = {rl_ftype_find("Q4_K_M"), 80, true, false, false, true};
+    rl_recipe_ctx s = {rl_ftype_find("Q4_K_S"), 80, true, false, false, true};
+    size_t n6 = 0, n5 = 0;
+    for (size_t l = 0; l < 80; l++) {
+        char nm[64];
+        const bool more = l < 10 || l >= 70 || (l >= 12 && (l - 12) % 3 == 0);
+        snprintf(nm, sizeof nm, "blk.%zu.attn_v.weight", l);
+        uint32_t v = ty(&m, nm, 2, 8192, 1024);
+        CHECK(v == (more ? RL_Q6_K : RL_Q5_K), "70B Q4_K_M %s: %s", nm, rl_type_name(v));
+        n6 += v == RL_Q6_K;
+        n5 += v == RL_Q5_K;
+        v = ty(&s, nm, 2, 8192, 1024);
+        CHECK(v == RL_Q5_K, "70B Q4_K_S %s: %s (layers 0-3 by the S rule, the rest by 70B)", nm, rl_type_name(v));
+        snprintf(nm, sizeof nm, "blk.%zu.attn_k.weight", l);
+        CHECK(ty(&m, nm, 2, 8192, 1024) == RL_Q4_K, "70B Q4_K_M %s stays Q4_K", nm);
+        snprintf(nm, sizeof nm, "blk.%zu.ffn_down.weight", l);
+        CHECK(ty(&m, nm, 2, 28672, 8192) == (more ? RL_Q6_K : RL_Q4_K), "70B Q4_K_M %s: ffn_down unchanged", nm);
+        CHECK(ty(&s, nm, 2, 28672, 8192) == (l < 10 ? RL_Q5_K : RL_Q4_K), "70B Q4_K_S %s", nm);
+    }
+    CHECK(n6 == 40 && n5 == 40, "70B Q4_K_M attn_v: %zu Q6_K, %zu Q5_K (want 40, 40)", n6, n5);
+    /* Q5_K_M's non-bumped attn_v is Q5_K already; Q4_0 and rawloop's plain Q4_K (no per-layer
+     * bumps) do not move; pure writes the base everywhere */
+    rl_recipe_ctx o = {rl_ftype_find("Q5_K_M"), 80, true, false, false, true};
+    CHECK(ty(&o, "blk.11.attn_v.weight", 2, 8192, 1024) == RL_Q5_K, "70B Q5_K_M attn_v");
+    o.ft = rl_ftype_find("Q4_0");
+    CHECK(ty(&o, "blk.11.attn_v.weight", 2, 8192, 1024) == RL_Q4_0, "70B Q4_0 attn_v stays");
+    o.ft = rl_ftype_find("Q4_K");
+    CHECK(ty(&o, "blk.11.attn_v.weight", 2, 8192, 1024) == RL_Q4_K, "70B plain Q4_K attn_v stays");
+    m.pure = true;
+    CHECK(ty(&m, "blk.11.attn_v.weight", 2, 8192, 1024) == RL_Q4_K, "70B pure Q4_K_M attn_v stays");
+    m.pure = false;
+    m.is_70b = false;
+    CHECK(ty(&m, "blk.11.attn_v.weight", 2, 8192, 1024) == RL_Q4_K, "not 70B: attn_v Q4_K");
+}
+
 int main(void) {
     test_gpu_types();
     test_tinyllama();
     test_k_s();
+    test_70b();
     test_more_bits();
     test_tied_and_fallback();
     test_table();
