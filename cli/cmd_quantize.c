@@ -69,9 +69,10 @@ static void usage(FILE *out) {
         "  --calib TEXT  calibration (GGUF input only): runs IN on the text (chunks of 512\n"
         "             tokens, fp32 CPU path) and weights each weight's error by the mean square\n"
         "             of the activation it multiplies (per input column, plus a uniform part)\n"
-        "             in the quantizers that search: Q4_K, Q5_K, RQ2. Q8_0, Q4_0 and Q6_K\n"
-        "             ignore the weights (noted); Q4_0 / Q5_0 then put ffn_down of the first\n"
-        "             eighth of the layers in Q4_1 / Q5_1, as llama.cpp does with an imatrix\n"
+        "             in the quantizers that search: Q4_K, Q5_K, RQ2, and Q4_0 / Q4_1 / Q5_0 /\n"
+        "             Q5_1 (llama.cpp's imatrix quantizers). Q8_0 and Q6_K ignore the weights\n"
+        "             (noted); Q4_0 / Q5_0 also put ffn_down of the first eighth of the\n"
+        "             layers in Q4_1 / Q5_1, as llama.cpp does with an imatrix\n"
         "  --calib-chunks N  use the first N chunks of TEXT (default 8)\n"
         "  --pure     every matrix in the base type (no head rule, _M/_S bumps or --calib\n"
         "             ffn_down rule; RQ2's token_embd too)\n"
@@ -334,6 +335,31 @@ static const float *calib_weights(const calib *cb, const char *name, size_t cols
     return cb->imp[mat];
 }
 
+/* Testing aid (RAWLOOP_CALIB_IMATRIX=FILE): writes the importances every weighted tensor gets
+ * as a llama.cpp legacy imatrix (int32 entry count; per entry int32 name length, name, int32
+ * ncall, int32 count, float values; llama-quantize divides by ncall, here 1, so it reads back
+ * these exact floats). Only tensors whose type uses them are written, so that llama-quantize
+ * weights the same tensors rawloop does; docs/FORMATS.md (rule 4) compares the two files. */
+static int calib_save_imatrix(const calib *cb, const src_tensor *src, const uint32_t *types,
+                              size_t n_src, const char *path, rl_err *e) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return rl_fail(e, "RAWLOOP_CALIB_IMATRIX: cannot create %s: %s", path, strerror(errno));
+    int32_t n = 0;
+    bool ok = fwrite(&n, sizeof n, 1, f) == 1;
+    for (size_t i = 0; i < n_src && ok; i++) {
+        size_t cols = (size_t)src[i].ne[0];
+        const float *w = calib_weights(cb, src[i].name, cols);
+        if (!w || types[i] == src[i].type || !rl_quant_uses_weights(types[i])) continue;
+        int32_t hdr[3] = {(int32_t)strlen(src[i].name), 1, (int32_t)cols};
+        ok = fwrite(&hdr[0], sizeof *hdr, 1, f) == 1 && fwrite(src[i].name, 1, (size_t)hdr[0], f) == (size_t)hdr[0] &&
+             fwrite(&hdr[1], sizeof *hdr, 2, f) == 2 && fwrite(w, sizeof *w, cols, f) == cols;
+        n++;
+    }
+    ok = ok && fseek(f, 0, SEEK_SET) == 0 && fwrite(&n, sizeof n, 1, f) == 1;
+    if (fclose(f) != 0 || !ok) return rl_fail(e, "RAWLOOP_CALIB_IMATRIX: cannot write %s", path);
+    return 0;
+}
+
 /* Same file (by device and inode) when both exist. */
 static bool same_file(const char *a, const char *b) {
     struct stat sa, sb;
@@ -492,10 +518,12 @@ int cmd_quantize(int argc, char **argv) {
             else n_unweighted++;
         }
         fprintf(stderr, "rawloop quantize: --calib: importances from %zu chunk%s of %d tokens of "
-                        "%s (%.1f s); %zu matri%s use them, %zu (types without a search: Q8_0, "
-                        "Q4_0, Q6_K, floats) ignore them\n",
+                        "%s (%.1f s); %zu matri%s use them, %zu (types without a weighted "
+                        "search: Q8_0, Q6_K, FP8, floats) ignore them\n",
                 calib_n, calib_n == 1 ? "" : "s", CALIB_CTX, calib_path, cli_now() - tc,
                 n_weighted, n_weighted == 1 ? "x" : "ces", n_unweighted);
+        const char *save = getenv("RAWLOOP_CALIB_IMATRIX");
+        if (save && *save && calib_save_imatrix(&cb, src, types, n_src, save, &e) < 0) goto fail;
     }
     buf = malloc(max_out ? max_out : 1);
     scratch = malloc((max_cols ? max_cols : 1) * nth * sizeof(float));

@@ -315,6 +315,20 @@ static void quant_fp8(const float *x, uint8_t *b) {
     for (size_t j = 0; j < RL_QK; j++) b[2 + j] = d != 0 ? e4m3_rne(x[j] / d) : 0;
 }
 
+/* Writes the 32 codes q (0..15, or 0..31 for Q5) of a Q4_0 / Q4_1 / Q5_0 / Q5_1 block after its
+ * fp16 header (d, and m for the _1 types): value j in the low nibble of qs[j] (j < 16) or the
+ * high nibble of qs[j - 16]; for Q5, its fifth bit is bit j of the little-endian qh. */
+static void put_codes32(uint32_t type, const uint8_t *q, uint8_t *b) {
+    bool q5 = type == RL_Q5_0 || type == RL_Q5_1;
+    size_t hdr = type == RL_Q4_1 || type == RL_Q5_1 ? 4 : 2;
+    uint8_t *qs = b + hdr + (q5 ? 4 : 0);
+    for (size_t j = 0; j < RL_QK / 2; j++) qs[j] = (uint8_t)((q[j] & 0xF) | ((q[j + RL_QK / 2] & 0xF) << 4));
+    if (!q5) return;
+    uint32_t qh = 0;
+    for (size_t j = 0; j < RL_QK; j++) qh |= (uint32_t)(q[j] >> 4) << j;
+    for (size_t k = 0; k < 4; k++) b[hdr + k] = (uint8_t)(qh >> (8 * k));
+}
+
 static void quant_q4_0(const float *x, uint8_t *b) {
     /* the signed value of largest magnitude (first one on ties) maps to -8 */
     float amax = 0, max = 0;
@@ -327,12 +341,12 @@ static void quant_q4_0(const float *x, uint8_t *b) {
     float d = max / -8;
     float id = d != 0 ? 1.0f / d : 0.0f;
     st_f16(b, d);
-    for (size_t j = 0; j < RL_QK / 2; j++) {
-        int lo = (int)(x[j] * id + 8.5f), hi = (int)(x[j + RL_QK / 2] * id + 8.5f);
-        lo = lo > 15 ? 15 : lo;
-        hi = hi > 15 ? 15 : hi;
-        b[2 + j] = (uint8_t)(lo | (hi << 4));
+    uint8_t q[RL_QK];
+    for (size_t j = 0; j < RL_QK; j++) {
+        int c = (int)(x[j] * id + 8.5f);
+        q[j] = (uint8_t)(c > 15 ? 15 : c);
     }
+    put_codes32(RL_Q4_0, q, b);
 }
 
 /* The smallest and largest of n values (the first of equal ones: -0.0 and +0.0 keep their
@@ -354,12 +368,12 @@ static void quant_q4_1(const float *x, uint8_t *b) {
     float id = d != 0 ? 1.0f / d : 0.0f;
     st_f16(b, d);
     st_f16(b + 2, lo);
-    for (size_t j = 0; j < RL_QK / 2; j++) {
-        int q0 = (int)((x[j] - lo) * id + 0.5f), q1 = (int)((x[j + RL_QK / 2] - lo) * id + 0.5f);
-        q0 = q0 > 15 ? 15 : q0;
-        q1 = q1 > 15 ? 15 : q1;
-        b[4 + j] = (uint8_t)(q0 | (q1 << 4));
+    uint8_t q[RL_QK];
+    for (size_t j = 0; j < RL_QK; j++) {
+        int c = (int)((x[j] - lo) * id + 0.5f);
+        q[j] = (uint8_t)(c > 15 ? 15 : c);
     }
+    put_codes32(RL_Q4_1, q, b);
 }
 
 /* Q5_0 / Q5_1 as ggml's reference quantizers (and gguf.quants): Q5_0 maps the signed value of
@@ -386,19 +400,12 @@ static void quant_q5(uint32_t type, const float *x, uint8_t *b) {
     }
     id = d != 0 ? 1.0f / d : 0.0f;
     st_f16(b, d);
-    size_t qh_off = q5_qh_off(type);
-    uint8_t *qs = b + qh_off + 4;
-    uint32_t qh = 0;
+    uint8_t q[RL_QK];
     for (size_t j = 0; j < RL_QK; j++) {
-        int q = (int)((x[j] - lo) * id + off);
-        q = q > 31 ? 31 : q;
-        if (j < RL_QK / 2)
-            qs[j] = (uint8_t)(q & 0xF);
-        else
-            qs[j - RL_QK / 2] |= (uint8_t)((q & 0xF) << 4);
-        qh |= (uint32_t)(q >> 4) << j;
+        int c = (int)((x[j] - lo) * id + off);
+        q[j] = (uint8_t)(c > 31 ? 31 : c);
     }
-    for (size_t k = 0; k < 4; k++) b[qh_off + k] = (uint8_t)(qh >> (8 * k));
+    put_codes32(type, q, b);
 }
 
 static inline int clampi(int v, int lo, int hi) {
@@ -435,15 +442,19 @@ static inline int kq_round(float v) {
     return (int)(f32_bits(v + 12582912.0f) & 0x7fffffu) - 0x400000;
 }
 
-/* Asymmetric fit of one 32-value sub-block, x ~ scale * q + lo with q in [0, nmax] and
+/* Asymmetric fit of one 32-value block, x ~ scale * q + lo with q in [0, nmax] and
  * lo <= 0, minimising sum_i e_i (x_i - scale*q_i - lo)^2 for the error weights e. Start: the
  * range [min(x, 0), max(x)] split into nmax steps. Then nsteps + 1 candidate grids, the range
- * split into nmax + r0 + 0.1 k steps (k = 0..nsteps; r0 < 0 widens the steps, clipping the
+ * split into nmax + r0 + dr k steps (k = 0..nsteps; r0 < 0 widens the steps, clipping the
  * extremes), each with the codes it rounds to and the weighted least-squares (scale, lo) for
  * those codes (lo pinned to 0 when it would come out positive); a candidate replaces the best so
  * far only when its error is strictly smaller. Fills q (the best candidate's codes) and *neg_lo
- * (= -lo, the "min" K-quants store); returns scale (0 for a constant sub-block). */
-static float kq_fit_asym(const float *x, const float *e, int nmax, float r0, int nsteps, uint8_t *q, float *neg_lo) {
+ * (= -lo, the "min" K-quants store); returns scale (0 for a constant block).
+ * This is ggml's make_qkx2_quants (dr = 0.1: the K-quants' sub-blocks) and, given explicit
+ * weights, its make_qkx3_quants (dr = 0.05: the imatrix Q4_1 / Q5_1 of quant_legacy_w); the two
+ * differ only in their grids and in qkx3's x^2 default weights, which rawloop never uses. */
+static float kq_fit_asym(const float *x, const float *e, int nmax, float r0, float dr, int nsteps, uint8_t *q,
+                         float *neg_lo) {
     enum { N = 32 };
     float lo = x[0], hi = x[0], sum_e = e[0], sum_ex = e[0] * x[0];
     for (size_t i = 1; i < N; i++) {
@@ -466,7 +477,7 @@ static float kq_fit_asym(const float *x, const float *e, int nmax, float r0, int
     }
     uint8_t cand[N];
     for (int k = 0; k <= nsteps; k++) {
-        inv = (r0 + 0.1f * (float)k + (float)nmax) / (hi - lo);
+        inv = (r0 + dr * (float)k + (float)nmax) / (hi - lo);
         /* sums over codes c: e c, (e c) c, (e c) x, grouped as written */
         float s_c = 0, s_cc = 0, s_cx = 0;
         for (size_t i = 0; i < N; i++) {
@@ -529,7 +540,7 @@ static void quant_k45(const float *x, const float *w, uint8_t *b, int bits) {
         for (size_t l = 0; l < 32; l++) ss += xs[l] * xs[l];
         float rms = sqrtf(ss / 32);
         for (size_t l = 0; l < 32; l++) e[l] = w ? w[32 * j + l] * (rms + fabsf(xs[l])) : rms + fabsf(xs[l]);
-        scale[j] = kq_fit_asym(xs, e, qmax, r0, nsteps, q + 32 * j, &min[j]);
+        scale[j] = kq_fit_asym(xs, e, qmax, r0, 0.1f, nsteps, q + 32 * j, &min[j]);
         if (scale[j] > smax) smax = scale[j];
         if (min[j] > mmax) mmax = min[j];
     }
@@ -568,41 +579,42 @@ static void quant_k45(const float *x, const float *w, uint8_t *b, int bits) {
     }
 }
 
-/* Symmetric scale of 16 values on the 6-bit grid [-32, 31], minimising sum x^2 (x - s q)^2
- * (the x^2 weight favours the large values). Candidates: the signed value of largest magnitude
- * mapped to -(32 + 0.1 k), k = -9..9; each gives codes and the least-squares scale for them,
- * and a candidate wins when it lowers the error (the comparison is on sum(e q x)^2 / sum(e q^2),
- * the error reduction of the least-squares scale, strictly greater). Fills q with codes + 32
- * (0 for an all-zero sub-block) and returns the scale. */
-static float q6_fit_sym(const float *x, uint8_t *q) {
-    enum { N = 16, NMAX = 32 };
+/* Symmetric scale of n <= 32 values on the grid [-nmax, nmax - 1], minimising
+ * sum e (x - s q)^2 with e = w (the imatrix Q4_0 / Q5_0 of quant_legacy_w) or, w NULL, e = x^2
+ * (Q6_K: the x^2 weight favours the large values). Candidates: the signed value of largest
+ * magnitude mapped to -(nmax + 0.1 k), k = -9..9; each gives codes and the least-squares scale
+ * for them, and a candidate wins when it lowers the error (the comparison is on
+ * sum(e q x)^2 / sum(e q^2), the error reduction of the least-squares scale, strictly greater).
+ * Fills q with codes + nmax (0 for an all-zero block) and returns the scale. This is ggml's
+ * make_qx_quants with rmse_type 1. */
+static float fit_sym(const float *x, size_t n, int nmax, const float *w, uint8_t *q) {
     float amax = 0, max = 0;
-    for (size_t i = 0; i < N; i++)
+    for (size_t i = 0; i < n; i++)
         if (fabsf(x[i]) > amax) {
             amax = fabsf(x[i]);
             max = x[i];
         }
     if (amax < 1e-15f) {
-        memset(q, 0, N);
+        memset(q, 0, n);
         return 0;
     }
     float best = 0, scale = 0;
     for (int k = 0; k <= 18; k++) {
-        /* k = 0 is the plain fit (-32 / max), always taken; then t = -9..-1, 1..9 */
+        /* k = 0 is the plain fit (-nmax / max), always taken; then t = -9..-1, 1..9 */
         int t = k == 0 ? 0 : k <= 9 ? k - 10 : k - 9;
-        float inv = k == 0 ? (float)-NMAX / max : -((float)NMAX + 0.1f * (float)t) / max;
+        float inv = k == 0 ? (float)-nmax / max : -((float)nmax + 0.1f * (float)t) / max;
         float s_cx = 0, s_cc = 0;
-        uint8_t cand[N]; /* codes + 32 */
-        for (size_t i = 0; i < N; i++) {
-            int c = clampi(kq_round(inv * x[i]), -NMAX, NMAX - 1);
-            float e = x[i] * x[i];
+        uint8_t cand[32]; /* codes + nmax */
+        for (size_t i = 0; i < n; i++) {
+            int c = clampi(kq_round(inv * x[i]), -nmax, nmax - 1);
+            float e = w ? w[i] : x[i] * x[i];
             s_cx += e * x[i] * (float)c;
             s_cc += e * (float)c * (float)c;
-            cand[i] = (uint8_t)(c + NMAX);
+            cand[i] = (uint8_t)(c + nmax);
         }
         bool take = k == 0 || (s_cc > 0 && s_cx * s_cx > best * s_cc);
         if (!take) continue;
-        memcpy(q, cand, N);
+        memcpy(q, cand, n);
         scale = s_cc != 0 ? s_cx / s_cc : 0.0f;
         best = scale * s_cx;
     }
@@ -610,12 +622,12 @@ static float q6_fit_sym(const float *x, uint8_t *q) {
 }
 
 static void quant_q6_k(const float *x, uint8_t *b) {
-    /* per 16 values a searched scale (q6_fit_sym); the super-block scale d maps the sub-block
+    /* per 16 values a searched scale (fit_sym); the super-block scale d maps the sub-block
      * scale of largest magnitude to -128 */
     float scale[16], amax_s = 0, max_s = 0;
     uint8_t q[RL_QK_K];
     for (size_t j = 0; j < 16; j++) {
-        scale[j] = q6_fit_sym(x + 16 * j, q + 16 * j);
+        scale[j] = fit_sym(x + 16 * j, 16, 32, NULL, q + 16 * j);
         if (fabsf(scale[j]) > amax_s) {
             amax_s = fabsf(scale[j]);
             max_s = scale[j];
@@ -645,6 +657,39 @@ static void quant_q6_k(const float *x, uint8_t *b) {
         uint8_t *pl = ql + 64 * h + l + (k % 2) * 32;
         *pl |= (uint8_t)((c & 0xF) << (k / 2 * 4));
         qh[32 * h + l] |= (uint8_t)(((c >> 4) & 3) << (2 * k));
+    }
+}
+
+/* llama.cpp's imatrix quantizers for Q4_0 / Q4_1 / Q5_0 / Q5_1 (quantize_row_q4_0_impl and
+ * its siblings in ggml-quants.c), on a row x[0..n) with column importances w[0..n). The error
+ * weight of x_j is w_j * sqrt(sigma2 + x_j^2), sigma2 the row's mean square: the importance
+ * times the value's size with a floor, so that small values still count. Q4_0 / Q5_0 search a
+ * symmetric scale (fit_sym); Q4_1 / Q5_1 search a step and an offset (kq_fit_asym on
+ * make_qkx3_quants' grid: 37 step counts nmax - 0.9 + 0.05 k) and store m = lo. The codes are the
+ * search's, not re-derived from the fp16 d and m (llama.cpp keeps them too).
+ * Unlike block_w's types, a block of equal importances does not fall back to the reference
+ * quantizer: llama.cpp runs this search whenever it has importances, and the search differs
+ * from the reference's min/max fit even with equal ones. Same float operations, in the same
+ * order, as ggml's (docs/FORMATS.md, rule 4 of the recipes, says what was compared). */
+static void quant_legacy_w(uint32_t type, const float *x, size_t n, const float *w, uint8_t *b) {
+    int levels = type == RL_Q4_0 || type == RL_Q4_1 ? 16 : 32;
+    bool asym = type == RL_Q4_1 || type == RL_Q5_1;
+    size_t bs = rl_type_get(type)->size;
+    float ss = 0;
+    for (size_t j = 0; j < n; j++) ss += x[j] * x[j];
+    float sigma2 = ss / (float)n;
+    for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK, w += RL_QK, b += bs) {
+        float e[RL_QK];
+        uint8_t q[RL_QK];
+        for (size_t j = 0; j < RL_QK; j++) e[j] = w[j] * sqrtf(sigma2 + x[j] * x[j]);
+        if (asym) {
+            float neg_lo, d = kq_fit_asym(x, e, levels - 1, -0.9f, 0.05f, 36, q, &neg_lo);
+            st_f16(b, d);
+            st_f16(b + 2, -neg_lo);
+        } else { /* codes -levels/2 .. levels/2 - 1, stored + levels/2 */
+            st_f16(b, fit_sym(x, RL_QK, levels / 2, e, q));
+        }
+        put_codes32(type, q, b);
     }
 }
 
@@ -725,7 +770,8 @@ static void quant_rq2(const float *x, const float *w, uint8_t *b) {
 }
 
 bool rl_quant_uses_weights(uint32_t type) {
-    return type == RL_Q4_K || type == RL_Q5_K || type == RL_RQ2;
+    return type == RL_Q4_K || type == RL_Q5_K || type == RL_RQ2 || type == RL_Q4_0 || type == RL_Q4_1 ||
+           type == RL_Q5_0 || type == RL_Q5_1;
 }
 
 /* Weights of the block of n values at offset off, or NULL when they are all equal: a uniform
@@ -762,19 +808,26 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
         for (size_t i = 0; i < n / RL_QK; i++) quant_q8_0(src + i * RL_QK, b + i * 34);
         return;
     case RL_Q4_0:
-        for (size_t i = 0; i < n / RL_QK; i++) quant_q4_0(src + i * RL_QK, b + i * 18);
+        if (w)
+            quant_legacy_w(type, src, n, w, b);
+        else
+            for (size_t i = 0; i < n / RL_QK; i++) quant_q4_0(src + i * RL_QK, b + i * 18);
         return;
     case RL_FP8:
         for (size_t i = 0; i < n / RL_QK; i++) quant_fp8(src + i * RL_QK, b + i * 34);
         return;
     case RL_Q4_1:
-        for (size_t i = 0; i < n / RL_QK; i++) quant_q4_1(src + i * RL_QK, b + i * 20);
+        if (w)
+            quant_legacy_w(type, src, n, w, b);
+        else
+            for (size_t i = 0; i < n / RL_QK; i++) quant_q4_1(src + i * RL_QK, b + i * 20);
         return;
     case RL_Q5_0:
-        for (size_t i = 0; i < n / RL_QK; i++) quant_q5(type, src + i * RL_QK, b + i * 22);
-        return;
     case RL_Q5_1:
-        for (size_t i = 0; i < n / RL_QK; i++) quant_q5(type, src + i * RL_QK, b + i * 24);
+        if (w)
+            quant_legacy_w(type, src, n, w, b);
+        else
+            for (size_t i = 0, bs = rl_type_get(type)->size; i < n / RL_QK; i++) quant_q5(type, src + i * RL_QK, b + i * bs);
         return;
     case RL_Q4_K:
         for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, block_w(w, i * RL_QK_K, RL_QK_K), b + i * 144, 4);

@@ -15,12 +15,14 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long oracle cases, skipped under sanitizers")
 
 
-def run_quant_tool(mode, tname, data, tmp_path):
-    """build/test_quant's tool mode (`quant|dequant TYPE in out`): the C quantizer / reference
-    dequantizer on raw bytes, for the gguf-oracle tests."""
+def run_quant_tool(mode, tname, data, tmp_path, weights=None):
+    """build/test_quant's tool mode (`quant|dequant TYPE in out [w]`): the C quantizer / reference
+    dequantizer on raw bytes, for the gguf-oracle tests. weights: a float32 file of importances
+    (quant only): rows as long as it, each quantized by rl_quant_row_w with them."""
     src, dst = tmp_path / f"{tname}.in", tmp_path / f"{tname}.out"
     src.write_bytes(data)
-    p = subprocess.run([str(BUILD / "test_quant"), mode, tname, str(src), str(dst)],
+    extra = [str(weights)] if weights is not None else []
+    p = subprocess.run([str(BUILD / "test_quant"), mode, tname, str(src), str(dst), *extra],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     return dst.read_bytes()

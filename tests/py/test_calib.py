@@ -86,27 +86,30 @@ def test_calibrated_rq2_has_lower_kld(f16, tmp_path):
     assert one.read_bytes() != cal.read_bytes()
 
 
-def test_calib_does_not_touch_reference_types(f16, tmp_path):
-    """Q8_0 and Q4_0 keep the reference quantizers: --calib changes no byte of Q8_0, and in Q4_0
-    only llama.cpp's imatrix rule moves anything: ffn_down of the first n/8 layers (layer 0 of
-    8 here) becomes Q4_1 (its reference quantizer); every other tensor keeps its bytes."""
+def test_calib_reference_and_legacy_types(f16, tmp_path):
+    """Q8_0 keeps its reference quantizer: --calib changes no byte. Q4_0 with --calib is
+    llama.cpp's imatrix Q4_0: every weighted matrix runs the weighted search (its bytes change),
+    ffn_down of the first n/8 layers (layer 0 of 8 here) becomes Q4_1 (weighted too), and what
+    gets no importances (norms, the tied token_embd head in Q8_0) keeps its bytes."""
     from gguf import GGMLQuantizationType as T, GGUFReader
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
     run_rawloop("quantize", f16, a, "--type", "Q8_0")
     err = run_rawloop("quantize", f16, b, "--type", "Q8_0", "--calib", CALIB,
                       "--calib-chunks", 1).stderr.decode()
-    assert re.search(r"0 matrices use them, 57 \(types without a search", err), err
+    assert re.search(r"0 matrices use them, 57 \(types without a weighted search", err), err
     assert a.read_bytes() == b.read_bytes()
     run_rawloop("quantize", f16, a, "--type", "Q4_0")
     err = run_rawloop("quantize", f16, b, "--type", "Q4_0", "--calib", CALIB,
                       "--calib-chunks", 1).stderr.decode()
-    assert re.search(r"0 matrices use them, 57 \(types without a search", err), err
+    assert re.search(r"56 matrices use them, 1 \(types without a weighted search", err), err
     ta = {t.name: t for t in GGUFReader(str(a)).tensors}
     tb = {t.name: t for t in GGUFReader(str(b)).tensors}
     moved = sorted(n for n in ta if ta[n].tensor_type != tb[n].tensor_type)
     assert moved == ["blk.0.ffn_down.weight"], moved
     assert tb["blk.0.ffn_down.weight"].tensor_type == T.Q4_1
-    assert all(bytes(ta[n].data) == bytes(tb[n].data) for n in ta if n not in moved)
+    same = sorted(n for n in ta if bytes(ta[n].data) == bytes(tb[n].data))
+    assert all(n == "token_embd.weight" or n.endswith("norm.weight") for n in same), same
+    assert "token_embd.weight" in same and len(same) == 1 + 2 * 8 + 1, same
 
 
 def test_bad_calib_input(f16, tmp_path):

@@ -26,11 +26,11 @@ COLS = 256
 TYPES = {"Q4_K": 144, "Q5_K": 176, "Q6_K": 210}  # bytes per 256-value block
 
 
-def make_rows():
-    """The fixture's input rows, [12, 256] float32. RandomState's streams are frozen by numpy
-    (NEP 19), so the rows are the same on every numpy; the test checks their hash anyway."""
-    rs = np.random.RandomState(20240605)
-    n = COLS
+def make_rows(n=COLS, seed=20240605):
+    """The fixture's input rows, [12, n] float32. RandomState's streams are frozen by numpy
+    (NEP 19), so the rows are the same on every numpy; the test checks their hash anyway.
+    (test_qimatrix_llama.py draws its wider rows here too, with its own seed.)"""
+    rs = np.random.RandomState(seed)
     rows = []
     rows.append(rs.standard_normal(n))                               # 0 gaussian
     rows.append(rs.standard_normal(n) * 0.02)                        # 1 weight-sized
