@@ -134,6 +134,25 @@ __device__ __forceinline__ void ld_chunk(raw_chunk<T> &r, const uint8_t *w, cons
     }
 }
 
+/* The 8-bit code types' four values of one word, exact in float: Q8_0's int8 codes (q + 128
+ * through the 2^23 trick, then - (2^23 + 128)) or FP8's e4m3 values; and the chunk's scale
+ * that multiplies their sum: Q8_0's fp16 d, FP8's bf16 d times E4M3_INV (dequant.cuh: the
+ * factor by which e4m3x4's values are short on this architecture). */
+template <int T> __device__ __forceinline__ void dec8x4(uint32_t u, float f[4]) {
+    if constexpr (T == RL_Q8_0) {
+        const float z = 8388736.0f; /* 2^23 + 128 */
+        const uint32_t v = u ^ 0x80808080u; /* int8 q -> q + 128 */
+#pragma unroll
+        for (int j = 0; j < 4; j++) f[j] = mag(v, j) - z;
+    } else {
+        e4m3x4(u, f);
+    }
+}
+template <int T> __device__ __forceinline__ float scale8(uint32_t d) {
+    if constexpr (T == RL_Q8_0) return h2f((uint16_t)d);
+    else return __fmul_rn(bf2f(d), E4M3_INV);
+}
+
 /* acc[i] += chunk c of row i · xc for both rows, in chunk_dot's op order (so the sums are those
  * of v1; FP8, which chunk_dot does not take, factors d out of the chunk as Q8_0 does); x is
  * read from shared memory once for the two rows. */
@@ -161,24 +180,7 @@ __device__ __forceinline__ void dot2(const raw_chunk<T> *r, const float *xc, flo
         }
 #pragma unroll
         for (int i = 0; i < 2; i++) acc[i] += h2f((uint16_t)r[i].d) * (a0[i] + a1[i]);
-    } else if constexpr (T == RL_Q8_0) {
-        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
-        const float z = 8388736.0f; /* 2^23 + 128 */
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float4 xx = *(const float4 *)(xc + 4 * k);
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                uint32_t v = word(r[i].v[k / 4], k % 4) ^ 0x80808080u; /* int8 q -> q + 128 */
-                a0[i] = fmaf(mag(v, 0) - z, xx.x, a0[i]);
-                a1[i] = fmaf(mag(v, 1) - z, xx.y, a1[i]);
-                a0[i] = fmaf(mag(v, 2) - z, xx.z, a0[i]);
-                a1[i] = fmaf(mag(v, 3) - z, xx.w, a1[i]);
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 2; i++) acc[i] += h2f((uint16_t)r[i].d) * (a0[i] + a1[i]);
-    } else if constexpr (T == RL_FP8) { /* e4m3x4's values, then * (d * E4M3_INV) per chunk */
+    } else if constexpr (T == RL_Q8_0 || T == RL_FP8) { /* four 8-bit codes per word */
         float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int k = 0; k < 8; k++) {
@@ -186,7 +188,7 @@ __device__ __forceinline__ void dot2(const raw_chunk<T> *r, const float *xc, flo
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 float f[4];
-                e4m3x4(word(r[i].v[k / 4], k % 4), f);
+                dec8x4<T>(word(r[i].v[k / 4], k % 4), f);
                 a0[i] = fmaf(f[0], xx.x, a0[i]);
                 a1[i] = fmaf(f[1], xx.y, a1[i]);
                 a0[i] = fmaf(f[2], xx.z, a0[i]);
@@ -194,7 +196,7 @@ __device__ __forceinline__ void dot2(const raw_chunk<T> *r, const float *xc, flo
             }
         }
 #pragma unroll
-        for (int i = 0; i < 2; i++) acc[i] += __fmul_rn(bf2f(r[i].d), E4M3_INV) * (a0[i] + a1[i]);
+        for (int i = 0; i < 2; i++) acc[i] += scale8<T>(r[i].d) * (a0[i] + a1[i]);
     } else if constexpr (mv_tr<T>::NV > 0) { /* F32, F16, BF16: value j of the chunk is v(j) */
         float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
 #pragma unroll

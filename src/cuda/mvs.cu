@@ -32,14 +32,13 @@ template <int T> static mvs_fn mvs_pick(bool glu, bool q8) {
     return glu ? mvs_kernel<T, true, false> : mvs_kernel<T, false, false>;
 }
 
+/* NULL for a type that is not streamed (callers check mvs_type first) */
 static mvs_fn mvs_kernel_for(uint32_t type, bool glu, bool q8) {
     switch (type) {
-    case RL_Q4_0: return mvs_pick<RL_Q4_0>(glu, q8);
-    case RL_Q8_0: return mvs_pick<RL_Q8_0>(glu, q8);
-    case RL_FP8: return mvs_pick<RL_FP8>(glu, q8);
-    case RL_RQ2: return mvs_pick<RL_RQ2>(glu, q8);
-    case RL_F16: return mvs_pick<RL_F16>(glu, q8);
-    default: return mvs_pick<RL_BF16>(glu, q8);
+#define MVS_CASE(t) case t: return mvs_pick<t>(glu, q8);
+        RL_MVS_TYPES(MVS_CASE)
+#undef MVS_CASE
+    default: return nullptr;
     }
 }
 
@@ -48,7 +47,7 @@ static mvs_fn mvs_kernel_for(uint32_t type, bool glu, bool q8) {
 static size_t mvs_smem_limit(mvs_fn f) {
     int dev = 0, optin = 0;
     cudaFuncAttributes fa;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
+    if (!f || cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
         cudaFuncGetAttributes(&fa, f) != cudaSuccess || (size_t)optin <= fa.sharedSizeBytes)
         return 0;
@@ -56,7 +55,9 @@ static size_t mvs_smem_limit(mvs_fn f) {
 }
 
 int rl_mvs_prepare(void) {
-    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_FP8, RL_RQ2, RL_F16, RL_BF16};
+#define MVS_ID(t) t,
+    const uint32_t types[] = {RL_MVS_TYPES(MVS_ID)};
+#undef MVS_ID
     for (uint32_t t : types)
         for (int g = 0; g < 2; g++)
             for (int q = 0; q < 2; q++) {
@@ -76,8 +77,7 @@ bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     const uint32_t type = a->seg[0].w.type;
     const bool glu = a->mode == RL_MV_GLU;
     if (!k->mvs || a->ns > 1 || !mvs_type((int)type) || a->n % 64 != 0) return false;
-    if (k->mvs == 2 && type != RL_Q4_0 && type != RL_Q8_0 && type != RL_FP8 && type != RL_RQ2)
-        return false; /* 8-bit rings or less */
+    if (k->mvs == 2 && !mvs_scaled((int)type)) return false; /* 8-bit rings or less */
     if (type == RL_RQ2 && k->rq2_lut) return false; /* the table decoder stays in the register kernel */
     for (int i = 0; i < (glu ? 2 : a->nseg); i++) {
         const rl_dmat &m = a->seg[i].w;

@@ -25,16 +25,28 @@
 
 #include "mv.cuh"
 
-/* The streamed types. */
+/* The streamed types, X(type) for each: every per-type list of the streamed matvec (mvs_type,
+ * mvs_ring_bytes, the kernels rl_mvs_prepare sets up, mvs_kernel_for) is generated from this
+ * one, so a type added here is added everywhere. */
+#define RL_MVS_TYPES(X) X(RL_Q4_0) X(RL_Q8_0) X(RL_FP8) X(RL_RQ2) X(RL_F16) X(RL_BF16)
+
 __host__ __device__ constexpr bool mvs_type(int T) {
-    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_F16 || T == RL_BF16;
+#define MVS_IS(t) T == t ||
+    return RL_MVS_TYPES(MVS_IS) false;
+#undef MVS_IS
+}
+
+/* The streamed types stored as planes with a scale plane (the quantized ones, whose rings are
+ * of 8-bit codes or less; RL_CUDA_MVS=2 streams only these). */
+__host__ __device__ constexpr bool mvs_scaled(int T) {
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2;
 }
 
 /* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
  * sized so that a ring is 8-12 KB. */
 template <int T> struct mvs_tr {
     static constexpr int NV = mv_tr<T>::NV; /* 16-byte pieces per unit (mv_tr CW values: 32, RQ2 64) */
-    static constexpr bool S = T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2; /* has a scale plane */
+    static constexpr bool S = mvs_scaled(T); /* has a scale plane */
     static constexpr int SB = T == RL_RQ2 ? 4 : 2;          /* scale-plane bytes per unit (RQ2: d, m) */
     static constexpr int QB = 32 * 16 * NV;                 /* one row's quants of a stage */
     static constexpr int ROW = QB + (S ? 32 * SB : 0);
@@ -45,9 +57,9 @@ template <int T> struct mvs_tr {
 
 /* A warp's ring in bytes, for a type known at run time (0: not streamed). */
 __host__ __device__ constexpr size_t mvs_ring_bytes(int T) {
-    return T == RL_Q4_0 ? mvs_tr<RL_Q4_0>::RING : T == RL_Q8_0 ? mvs_tr<RL_Q8_0>::RING
-         : T == RL_FP8 ? mvs_tr<RL_FP8>::RING : T == RL_RQ2 ? mvs_tr<RL_RQ2>::RING : T == RL_F16 ? mvs_tr<RL_F16>::RING
-         : T == RL_BF16 ? mvs_tr<RL_BF16>::RING : 0;
+#define MVS_RING(t) T == t ? (size_t)mvs_tr<t>::RING :
+    return RL_MVS_TYPES(MVS_RING) 0;
+#undef MVS_RING
 }
 
 /* Shared memory before the rings: the staged input, rounded up to 16 bytes. */
