@@ -135,7 +135,8 @@ static size_t g_slice_bytes = (size_t)256 << 20;
 /* The input as a list of src_tensors and its kvs in w: a GGUF's copied (file_type and
  * quantization_version set to the output's), a directory's made by hf_write_kvs. */
 static int open_input(const char *inp, bool is_hf, gguf_file *f, hf_model *h, src_tensor **out,
-                      size_t *n, size_t *n_layer, gguf_writer *w, const rl_ftype *ft, rl_err *e);
+                      size_t *n, size_t *n_layer, bool *is_70b, gguf_writer *w, const rl_ftype *ft,
+                      rl_err *e);
 
 /* Slot of an output type in the per-type tallies (output types are always computable). */
 static size_t type_slot(uint32_t t) {
@@ -145,15 +146,22 @@ static size_t type_slot(uint32_t t) {
 }
 #define N_SLOTS 16 /* more than the computable types */
 
-/* n_layer from {arch}.block_count, else one more than the largest blk.N in the tensor names. */
-static int model_layers(const gguf_file *f, size_t *n_layer, rl_err *e) {
+/* n_layer from {arch}.block_count, else one more than the largest blk.N in the tensor names;
+ * and whether llama.cpp would quantize the model as its 70B type (rl_recipe_is_70b, from the
+ * attention.head_count(_kv) keys; a file without an architecture is not). */
+static int model_layers(const gguf_file *f, size_t *n_layer, bool *is_70b, rl_err *e) {
     gguf_str arch;
-    uint32_t n = 0;
+    uint32_t n = 0, nh = 0, nkv = 0;
+    char a[64] = "", key[128];
     if (gguf_get_str(f, "general.architecture", &arch, e) == 1) {
-        char key[128];
-        snprintf(key, sizeof key, "%.*s.block_count", (int)(arch.len < 64 ? arch.len : 64),
-                 arch.ptr);
+        snprintf(a, sizeof a, "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
+        snprintf(key, sizeof key, "%s.block_count", a);
         if (gguf_get_u32(f, key, &n, e) < 0) return -1;
+        snprintf(key, sizeof key, "%s.attention.head_count", a);
+        if (gguf_get_u32(f, key, &nh, e) < 0) return -1;
+        nkv = nh; /* llama.cpp's default when head_count_kv is absent */
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
+        if (gguf_get_u32(f, key, &nkv, e) < 0) return -1;
     }
     size_t max = 0;
     for (size_t i = 0; i < f->n_tensors; i++) {
@@ -165,24 +173,7 @@ static int model_layers(const gguf_file *f, size_t *n_layer, rl_err *e) {
         if (k > 4 && l + 1 > max) max = l + 1;
     }
     *n_layer = n ? n : max;
-    return 0;
-}
-
-/* Whether a GGUF is llama.cpp's 70B type (rl_recipe_is_70b), from its architecture and
- * attention.head_count(_kv) keys; a file without them is not (llama.cpp could not load it). */
-static int gguf_is_70b(const gguf_file *f, size_t n_layer, bool *is_70b, rl_err *e) {
-    gguf_str arch;
-    uint32_t nh = 0, nkv = 0;
-    char a[64], key[128];
-    *is_70b = false;
-    if (gguf_get_str(f, "general.architecture", &arch, e) != 1) return 0;
-    snprintf(a, sizeof a, "%.*s", (int)(arch.len < 63 ? arch.len : 63), arch.ptr);
-    snprintf(key, sizeof key, "%s.attention.head_count", a);
-    if (gguf_get_u32(f, key, &nh, e) < 0) return -1;
-    nkv = nh; /* llama.cpp's default when head_count_kv is absent */
-    snprintf(key, sizeof key, "%s.attention.head_count_kv", a);
-    if (gguf_get_u32(f, key, &nkv, e) < 0) return -1;
-    *is_70b = rl_recipe_is_70b(a, n_layer, nh, nkv);
+    *is_70b = rl_recipe_is_70b(a, *n_layer, nh, nkv);
     return 0;
 }
 
@@ -442,6 +433,7 @@ int cmd_quantize(int argc, char **argv) {
     size_t *nan_at = NULL;
     int rc = 1;
     size_t n_layer = 0;
+    bool is_70b = false;
     bool mid_line = false; /* the progress line is open: an error starts a new one */
     /* a GGUF's own alignment is kept; converted files get the default */
     struct stat sb;
@@ -460,12 +452,10 @@ int cmd_quantize(int argc, char **argv) {
         w = gguf_writer_new(GGUF_DEFAULT_ALIGNMENT);
     }
     if (!w) goto oom;
-    if (open_input(inp, is_hf, &f, &h, &src, &n_src, &n_layer, w, ft, &e) < 0) goto fail;
+    if (open_input(inp, is_hf, &f, &h, &src, &n_src, &n_layer, &is_70b, w, ft, &e) < 0) goto fail;
     if (h.warning[0]) fprintf(stderr, "rawloop quantize: warning: %s\n", h.warning);
     bool has_output = false;
     for (size_t i = 0; i < n_src; i++) has_output |= !strcmp(src[i].name, "output.weight");
-    bool is_70b = is_hf ? rl_recipe_is_70b(h.arch, h.n_layer, h.n_head, h.n_head_kv) : false;
-    if (!is_hf && gguf_is_70b(&f, n_layer, &is_70b, &e) < 0) goto fail;
     rl_recipe_ctx rctx = {ft, n_layer, has_output, pure, calib_path != NULL, is_70b};
     types = calloc(n_src ? n_src : 1, sizeof *types);
     if (!types) goto oom;
@@ -616,13 +606,15 @@ out:
 }
 
 static int open_input(const char *inp, bool is_hf, gguf_file *f, hf_model *h, src_tensor **out,
-                      size_t *n, size_t *n_layer, gguf_writer *w, const rl_ftype *ft, rl_err *e) {
+                      size_t *n, size_t *n_layer, bool *is_70b, gguf_writer *w, const rl_ftype *ft,
+                      rl_err *e) {
     if (is_hf) { /* the caller opened a GGUF otherwise */
         if (hf_open(h, inp, e) < 0 || hf_write_kvs(h, w, e) < 0) return -1;
         if (gguf_w_u32(w, "general.file_type", ft->file_type, e) < 0 ||
             gguf_w_u32(w, "general.quantization_version", 2, e) < 0)
             return -1;
         *n_layer = h->n_layer;
+        *is_70b = rl_recipe_is_70b(h->arch, h->n_layer, h->n_head, h->n_head_kv);
         *n = h->n_tensors;
         src_tensor *s = *out = calloc(*n ? *n : 1, sizeof *s);
         if (!s) return rl_fail(e, "out of memory");
@@ -639,7 +631,7 @@ static int open_input(const char *inp, bool is_hf, gguf_file *f, hf_model *h, sr
         }
         return 0;
     }
-    if (model_layers(f, n_layer, e) < 0) return -1;
+    if (model_layers(f, n_layer, is_70b, e) < 0) return -1;
     /* kvs in order; file_type and quantization_version replaced in place or appended */
     bool saw_ft = false, saw_qv = false;
     for (size_t i = 0; i < f->n_kv; i++) {

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "quant.h" /* rl_dequant_row */
+#include "quant.h" /* rl_dequant_row, rl_e4m3_f32 */
 #include "safetensors.h"
 #include "types.h"
 
@@ -57,17 +57,6 @@ size_t hf_src_row(size_t r, size_t rows, size_t perm_heads) {
     return r - i + (i % 2) * (hd / 2) + i / 2;
 }
 
-/* e4m3 code -> value at compile time: (8 + m) * 2^e / 1024 for exponent e > 0, m / 512 for
- * e = 0 (rl_e4m3_to_f32's definition, exact in float; 0x7f / 0xff read 480, never used). A
- * table lookup instead of that function's ldexpf per weight: an 8B checkpoint has 8e9. */
-#define E4M3_MAG(c) ((c) >> 3 & 15 ? (float)((8 + ((c) & 7)) << ((c) >> 3 & 15)) / 1024.0f \
-                                   : (float)((c) & 7) / 512.0f)
-#define E4M3(c) ((c) & 0x80 ? -E4M3_MAG((c) & 0x7f) : E4M3_MAG(c))
-#define E4M3_4(c) E4M3(c), E4M3((c) + 1), E4M3((c) + 2), E4M3((c) + 3)
-#define E4M3_16(c) E4M3_4(c), E4M3_4((c) + 4), E4M3_4((c) + 8), E4M3_4((c) + 12)
-#define E4M3_64(c) E4M3_16(c), E4M3_16((c) + 16), E4M3_16((c) + 32), E4M3_16((c) + 48)
-static const float k_e4m3[256] = {E4M3_64(0), E4M3_64(64), E4M3_64(128), E4M3_64(192)};
-
 /* Scale i (row-major) of an FP8 weight, as float32 (a BF16 scale widens exactly). */
 static float fp8_scale_at(const hf_fp8 *f, size_t i) {
     if (f->scale_type == RL_BF16) {
@@ -98,7 +87,7 @@ size_t hf_read_row(const hf_tensor *t, size_t sr, float *out) {
         size_t c1 = cols - c0 < f->blk_cols ? cols : c0 + f->blk_cols;
         for (size_t c = c0; c < c1; c++) {
             if ((q[c] & 0x7f) == 0x7f) return c;
-            out[c] = k_e4m3[q[c]] * s;
+            out[c] = rl_e4m3_f32[q[c]] * s;
         }
     }
     return SIZE_MAX;

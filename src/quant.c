@@ -193,11 +193,18 @@ const uint32_t *const rl_rq2_lut = k_rq2_lut;
  * e4m3: sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (m/8 * 2^-6).
  * 0x7f / 0xff are invalid (never written; docs/FORMATS.md, section FP8): this reads the value
  * their bits spell, +-480. */
-float rl_e4m3_to_f32(uint8_t c) {
-    int e = (c >> 3) & 15, m = c & 7;
-    float v = e ? ldexpf(1.0f + (float)m / 8, e - 7) : ldexpf((float)m / 8, -6);
-    return c & 0x80 ? -v : v;
-}
+/* The 256 values at compile time: (8 + m) * 2^e / 1024 for exponent e > 0, m / 512 for e = 0,
+ * exact in float. A table rather than ldexpf per weight: the Hugging Face FP8 reader decodes
+ * every weight of a checkpoint through it (8e9 for an 8B model). */
+#define E4M3_MAG(c) ((c) >> 3 & 15 ? (float)((8 + ((c) & 7)) << ((c) >> 3 & 15)) / 1024.0f \
+                                   : (float)((c) & 7) / 512.0f)
+#define E4M3(c) ((c) & 0x80 ? -E4M3_MAG((c) & 0x7f) : E4M3_MAG(c))
+#define E4M3_4(c) E4M3(c), E4M3((c) + 1), E4M3((c) + 2), E4M3((c) + 3)
+#define E4M3_16(c) E4M3_4(c), E4M3_4((c) + 4), E4M3_4((c) + 8), E4M3_4((c) + 12)
+#define E4M3_64(c) E4M3_16(c), E4M3_16((c) + 16), E4M3_16((c) + 32), E4M3_16((c) + 48)
+const float rl_e4m3_f32[256] = {E4M3_64(0), E4M3_64(64), E4M3_64(128), E4M3_64(192)};
+
+float rl_e4m3_to_f32(uint8_t c) { return rl_e4m3_f32[c]; }
 
 /* The code nearest to v (ties to even), saturating at +-448 (0x7e / 0xfe, the largest finite
  * e4m3 value), so it never returns the invalid 0x7f / 0xff; a NaN gives +-448 too. */

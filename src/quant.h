@@ -47,7 +47,9 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
 /* True when rl_quant_row_w uses its weights for this type. */
 bool rl_quant_uses_weights(uint32_t type);
 
-/* The value of an FP8 (e4m3) code, exactly (docs/FORMATS.md, section FP8). */
+/* The value of an FP8 (e4m3) code, exactly (docs/FORMATS.md, section FP8); the table is
+ * rl_e4m3_to_f32's, for loops that decode many codes. */
+extern const float rl_e4m3_f32[256];
 float rl_e4m3_to_f32(uint8_t c);
 
 /* RQ2 table decoder: entry b holds the 4 codes of code byte b, code k in byte k (a dp4a /
