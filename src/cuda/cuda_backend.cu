@@ -153,6 +153,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
         knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */
         knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e) || /* streamed matvec (mvs.cu); unset: mvs_for */
+        knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
         return -1;
     return 0;
@@ -1066,9 +1067,10 @@ extern "C" int32_t rl_cuda_last_argmax(void *impl) { return *((rl_cuda *)impl)->
 
 /* ---- test hooks ----------------------------------------------------------------------------- */
 
-extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols,
-                                   size_t row_bytes, const float *x, const float *norm_w, float eps,
-                                   int mode, bool fast, float *y, bool *streamed, rl_err *e) {
+/* One launch of ns columns (1: decoding's kernels) for the two test hooks below. */
+static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes, const float *x,
+                       const float *norm_w, float eps, int mode, bool fast, size_t ns, float *y, bool *streamed,
+                       rl_err *e) {
     rl_cuda c;
     memset(&c, 0, sizeof c);
     if (read_knobs(&c.knobs, e)) return -1;
@@ -1079,20 +1081,21 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
     CK(cudaGetDeviceProperties(&p, 0));
     rl_matrix mat = {type, w, rows, cols, row_bytes};
     rl_dmat d, d2;
-    size_t out_rows = mode == RL_MV_GLU ? rows / 2 : rows;
+    const size_t out_rows = mode == RL_MV_GLU ? rows / 2 : rows, xb = align256(ns * cols * 4),
+                 yb = align256(ns * out_rows * 4), sb = ns > 1 ? align256(rl_mv_scratch_bytes((int)cols, (int)ns)) : 0;
     if (put_mat(&c, &mat, &d, "test matrix", e)) return -1;
     c.wbytes = c.woff;
-    if (dev_alloc((void **)&c.warena, c.wbytes + align256(cols * 4) * 2 + align256(rows * 4) + 256, "test", e))
-        return -1;
+    if (dev_alloc((void **)&c.warena, c.wbytes + xb + align256(cols * 4) + yb + sb + 256, "test", e)) return -1;
     c.woff = 0;
     int rc = put_mat(&c, &mat, &d, "test matrix", e);
-    float *dx = (float *)(c.warena + c.wbytes), *dn = dx + align256(cols * 4) / 4;
-    float *dy = dn + align256(cols * 4) / 4;
+    float *dx = (float *)(c.warena + c.wbytes), *dn = (float *)((char *)dx + xb);
+    float *dy = (float *)((char *)dn + align256(cols * 4));
+    void *scratch = ns > 1 ? (char *)dy + yb : NULL;
     rl_mv_args a;
     memset(&a, 0, sizeof a);
-    if (!rc && (cudaMemcpy(dx, x, cols * 4, cudaMemcpyHostToDevice) ||
+    if (!rc && (cudaMemcpy(dx, x, ns * cols * 4, cudaMemcpyHostToDevice) ||
                 (norm_w && cudaMemcpy(dn, norm_w, cols * 4, cudaMemcpyHostToDevice)) ||
-                cudaMemcpy(dy, y, out_rows * 4, cudaMemcpyHostToDevice)))
+                cudaMemcpy(dy, y, ns * out_rows * 4, cudaMemcpyHostToDevice)))
         rc = rl_fail(e, "CUDA: test upload failed");
     if (!rc) {
         a.seg[0].w = d;
@@ -1114,13 +1117,29 @@ extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, si
         a.eps = eps;
         a.n = (int)cols;
         a.fast = fast;
+        a.ns = (int)ns;
+        a.ys = (int)out_rows;
+        a.scratch = scratch;
         if (streamed) *streamed = rl_mvs_warps(&a, &c.knobs) > 0;
         if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0) < 0 ||
-            cudaDeviceSynchronize() || cudaMemcpy(y, dy, out_rows * 4, cudaMemcpyDeviceToHost))
+            cudaDeviceSynchronize() || cudaMemcpy(y, dy, ns * out_rows * 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));
     }
     cudaFree(c.warena);
     return rc;
+}
+
+extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols,
+                                   size_t row_bytes, const float *x, const float *norm_w, float eps,
+                                   int mode, bool fast, float *y, bool *streamed, rl_err *e) {
+    return test_matvec(type, w, rows, cols, row_bytes, x, norm_w, eps, mode, fast, 1, y, streamed, e);
+}
+
+extern "C" int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,
+                                         const float *x, const float *norm_w, float eps, int mode, bool fast,
+                                         size_t ns, float *y, rl_err *e) {
+    if (ns != 4 && ns != 8 && ns != 16) return rl_fail(e, "chunk test: %zu columns (4, 8 or 16)", ns);
+    return test_matvec(type, w, rows, cols, row_bytes, x, norm_w, eps, mode, fast, ns, y, NULL, e);
 }
 
 extern "C" bool rl_cuda_has_q8(uint32_t type) { return rl_mv_q8(type); }

@@ -149,6 +149,9 @@ struct rl_cuda_knobs {
                             (RL_CUDA_MVS): 0 never (mv_kernel), 1 Q4_0/Q8_0/FP8/RQ2/F16/BF16,
                             2 Q4_0/Q8_0/FP8/RQ2 (RQ2: the shift decoder only);
                             unset: by shape (cuda_backend.cu mvs_for) */
+    int mvx;             /* exact chunks of Q4_0 / Q8_0 with 8-bit activations on int8 tensor
+                            cores (mvx.cu; RL_CUDA_MVX: 1 default, 0 the dp4a chunk kernel);
+                            the same bits either way */
 };
 
 /* Launches one matvec (or one per segment when their types differ, or gate then up when the
@@ -163,6 +166,12 @@ bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
  * columns with the decode kernel's block size, streamed or not: the norm's sum depends on it. */
 int rl_mvs_warps(const rl_mv_args *a, const rl_cuda_knobs *k);
 int rl_mvs_prepare(void);
+/* The tensor-core exact chunk (mvx.cu): whether it applies to a (ns > 1, Q4_0 / Q8_0, 8-bit
+ * activations, the knob on), and its launch after the columns are staged: 1, -1 on error. */
+bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
+int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
+/* Raises its kernels' dynamic shared-memory limit (at open); cudaError_t. */
+int rl_mvx_prepare(void);
 /* Dynamic shared memory one matvec block needs for an input of n values (q8: with the 8-bit
  * activation planes). */
 size_t rl_mv_smem(int n, bool q8);

@@ -1,8 +1,8 @@
-/* The matvec's device code shared by its two kernels: matvec.cu's mv_kernel (weights loaded
- * into registers; every type, exact chunks of NS tokens) and mvs.cu's mvs_kernel (weights
- * streamed through a shared-memory ring; decoding, the plane types). Both take a unit's values
- * through the same dot functions in the same order, so they give the same bits. Device code
- * only; included by those two files. */
+/* The matvec's device code shared by its kernels: matvec.cu's mv_kernel (weights loaded into
+ * registers; every type, exact chunks of NS tokens) and mvs.cu's mvs_kernel (weights streamed
+ * through a shared-memory ring; decoding, the plane types) take a unit's values through the
+ * same dot functions in the same order, so they give the same bits; mvx.cu's tensor-core
+ * chunk reproduces their order with mv_tree32 and shares their epilogue. Device code only. */
 #ifndef RL_CUDA_MV_CUH
 #define RL_CUDA_MV_CUH
 
@@ -21,6 +21,22 @@ __host__ __device__ inline size_t xs_f32_bytes(int n) { return ((size_t)XPAD(n) 
 /* The whole staged input: fp32, then with 8-bit activations int8 [n], d [n/32], sums [n/32]. */
 __host__ __device__ inline size_t stage_bytes(int n, bool q8) {
     return xs_f32_bytes(n) + (q8 ? (size_t)n + (size_t)(n / 32) * 8 : 0) + 16;
+}
+
+/* cp.async of 16 (L2 only) or 4 bytes to a shared-memory address; cp16z copies the first
+ * `bytes` of 16 (0..16) and zero-fills the rest, reading nothing past them. */
+__device__ __forceinline__ void cp16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp16z(uint32_t dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp4(uint32_t dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 /* ---- matvec ------------------------------------------------------------------------------ */
@@ -548,6 +564,36 @@ __device__ __forceinline__ void mv_store(const rl_mv_args &a, const rl_mv_seg &s
  * them in global memory, column s at scratch + s * col_bytes(n), written by mv_prep_kernel. */
 __host__ __device__ inline size_t col_bytes(int n) { return (stage_bytes(n, true) + 255) & ~(size_t)255; }
 
+/* The exact tensor-core chunk's activations (mvx.cu) in the order its lanes take them: per
+ * 32-value chunk c, MVX_FRAG bytes at frag + c * MVX_FRAG: first 32 lanes x 16 bytes, lane
+ * (g, t) = 4g + t holding the MMA B words of columns g and g + 8 (int8 words t and 4 + t of
+ * each), then 4 x 32 bytes, group t holding d_x of columns 2t, 2t + 1, 2t + 8, 2t + 9 and then
+ * their integer sums: one 16-byte load per lane for the B operands of both 8-column tiles and
+ * two for its epilogue. Columns past ns are zero. The plane follows the ns staged columns in the
+ * chunk's scratch (rl_mv_scratch_bytes). */
+#define MVX_FRAG 640
+__host__ __device__ inline size_t mvx_frag_bytes(int n) { return (size_t)(n / 32) * MVX_FRAG; }
+
+/* Writes staged column col (its int8 plane, d and sums, as mv_stage left them) into the
+ * fragment plane, and zeros for the columns col + ns, col + 2 ns, ... below 16. */
+__device__ __forceinline__ void mvx_frag_store(uint8_t *frag, const int8_t *xq, const float *xd, const int *xsum, int n,
+                                               int col, int ns) {
+    const int nch = n / 32;
+    for (int cc = col; cc < 16; cc += ns) {
+        const bool z = cc != col;
+        const int hi = cc >= 8, g = cc % 8, t = g / 2, e = cc % 2 + 2 * hi;
+        for (int i = threadIdx.x; i < nch * 8; i += blockDim.x) { /* word j of chunk c */
+            const int c = i / 8, j = i % 8;
+            uint8_t *f = frag + (size_t)c * MVX_FRAG;
+            *(uint32_t *)(f + (4 * g + j % 4) * 16 + (2 * hi + j / 4) * 4) = z ? 0u : ((const uint32_t *)xq)[i];
+            if (j == 0) {
+                *(float *)(f + 512 + 32 * t + 4 * e) = z ? 0.0f : xd[c];
+                *(int *)(f + 512 + 32 * t + 16 + 4 * e) = z ? 0 : xsum[c];
+            }
+        }
+    }
+}
+
 /* The prologue's loops over the input load B values per thread before using any: a plain
  * strided loop waits out one load's latency per iteration (at n = 11008 and 512 threads that
  * was 22 round trips to L2 in a row, most of a 7B down projection's 22 us under ncu). Each
@@ -614,22 +660,17 @@ __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, fl
     }
 }
 
-/* The end of work item p for column s: the lanes' two sums meet in a fixed butterfly, then
- * lane 0 applies the epilogue (SwiGLU; bias, llama RoPE in the rope_kv kernel's op order
- * (lesson 6), and the store: residual add, f16 cache row, or plain) at position pos + s. */
+/* The epilogue of output pair (va, vb) of work item p for column s, at position pos + s: SwiGLU
+ * (GLU: va the gate row p, vb the up row p); else bias, llama RoPE in the rope_kv kernel's op
+ * order (lesson 6), and the store (residual add, f16 cache row, or plain) of rows t.ra and t.rb. */
 template <bool GLU, bool CG = false>
-__device__ __forceinline__ void mv_finish(const rl_mv_args &a, const mv_task &t, int p, float *acc, int pos, int s) {
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
-    if ((threadIdx.x & 31) != 0) return;
+__device__ __forceinline__ void mv_epilogue(const rl_mv_args &a, const mv_task &t, int p, float va, float vb,
+                                            int pos, int s) {
     if (GLU) {
-        a.seg[0].y[(size_t)s * a.ys + p] = acc[0] / (1.0f + expf(-acc[0])) * acc[1];
+        a.seg[0].y[(size_t)s * a.ys + p] = va / (1.0f + expf(-va)) * vb;
         return;
     }
     const rl_mv_seg &sg = a.seg[t.seg];
-    float va = acc[0], vb = acc[1];
     if (sg.bias) {
         va = va + sg.bias[t.ra];
         if (t.rb >= 0) vb = vb + sg.bias[t.rb];
@@ -644,6 +685,34 @@ __device__ __forceinline__ void mv_finish(const rl_mv_args &a, const mv_task &t,
     }
     mv_store<CG>(a, sg, t.ra, va, pos + s, s);
     if (t.rb >= 0) mv_store<CG>(a, sg, t.rb, vb, pos + s, s);
+}
+
+/* The end of work item p for column s: the lanes' two sums meet in a fixed butterfly (lane l
+ * adds lane l ^ o's sum for o = 16, 8, 4, 2, 1; mv_tree32 is the same sums), then lane 0 applies
+ * the epilogue. */
+template <bool GLU, bool CG = false>
+__device__ __forceinline__ void mv_finish(const rl_mv_args &a, const mv_task &t, int p, float *acc, int pos, int s) {
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], o);
+    if ((threadIdx.x & 31) == 0) mv_epilogue<GLU, CG>(a, t, p, acc[0], acc[1], pos, s);
+}
+
+/* Lane 0's result of mv_finish's butterfly over the 32 lane sums v[l], in one thread: at step o
+ * lane 0's lineage adds v[l] + v[l + o] for l < o (float addition is commutative, so lane l's
+ * acc + lane (l ^ o)'s is the same bits). Clobbers v. */
+template <int O> __device__ __forceinline__ void mv_tree_step(float *v) {
+#pragma unroll
+    for (int l = 0; l < O; l++) v[l] = v[l] + v[l + O];
+}
+__device__ __forceinline__ float mv_tree32(float *v) { /* steps with constant bounds: v stays in registers */
+    mv_tree_step<16>(v);
+    mv_tree_step<8>(v);
+    mv_tree_step<4>(v);
+    mv_tree_step<2>(v);
+    mv_tree_step<1>(v);
+    return v[0];
 }
 
 /* Work items of a launch: GLU one per row pair (gate r, up r), else one per 2 rows of each

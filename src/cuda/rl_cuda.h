@@ -22,6 +22,11 @@ extern "C" {
 int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,
                         const float *x, const float *norm_w, float eps, int mode, bool fast,
                         float *y, bool *streamed, rl_err *e);
+/* The same as an exact chunk of ns columns (4, 8 or 16) in one launch: x holds ns inputs of cols
+ * values, y ns outputs (rows, or rows / 2 in mode 2) one after the other. */
+int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,
+                              const float *x, const float *norm_w, float eps, int mode, bool fast,
+                              size_t ns, float *y, rl_err *e);
 /* Whether the type's GPU matvec has the 8-bit-activation path. */
 bool rl_cuda_has_q8(uint32_t type);
 /* Index of the first maximum of v[0..n) computed on the GPU. */

@@ -133,6 +133,51 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
     free(w); free(row); free(x); free(nw); free(xn); free(y); free(ref); free(init);
 }
 
+/* Exact chunks: one launch of ns = 4, 8 and 16 columns must give every column the bits of the
+ * one-column launch (decoding's kernel) on the same input, in both numerics; for Q4_0 / Q8_0
+ * with 8-bit activations under both chunk kernels (RL_CUDA_MVX=1: int8 tensor cores, 0: dp4a). */
+static void test_chunk(uint32_t type, size_t rows, size_t cols, int mode, int with_norm, bool fast) {
+    enum { NS = 16 };
+    const size_t rb = rl_row_bytes(type, cols), out = mode == 2 ? rows / 2 : rows;
+    uint8_t *w = malloc(rows * rb);
+    float *row = malloc(cols * sizeof(float)), *x = malloc(NS * cols * sizeof(float));
+    float *nw = malloc(cols * sizeof(float)), *init = malloc(out * sizeof(float));
+    float *y1 = malloc(NS * out * sizeof(float)), *yc = malloc(NS * out * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t i = 0; i < cols; i++) row[i] = frand() * (type == RL_F32 ? 1.0f : 0.5f);
+        rl_quant_row(type, row, w + r * rb, cols);
+    }
+    for (size_t i = 0; i < NS * cols; i++) x[i] = frand() * 3.0f;
+    for (size_t i = 0; i < cols; i++) nw[i] = 0.5f + frand() * 0.25f;
+    for (size_t r = 0; r < out; r++) init[r] = mode == 1 ? frand() * 10 : 12345.0f;
+    fast = fast && rl_cuda_has_q8(type);
+    const float *nwp = with_norm ? nw : NULL;
+    rl_err e = {{0}};
+    for (size_t s = 0; s < NS; s++) {
+        memcpy(y1 + s * out, init, out * sizeof(float));
+        CHECK(rl_cuda_test_matvec(type, w, rows, cols, rb, x + s * cols, nwp, 1e-5f, mode, fast, y1 + s * out, NULL, &e) == 0,
+              "%s: %s", rl_type_name(type), e.msg);
+    }
+    const bool mma = fast && (type == RL_Q4_0 || type == RL_Q8_0);
+    for (int k = 0; k < (mma ? 2 : 1); k++) {
+        setenv("RL_CUDA_MVX", k ? "0" : "1", 1);
+        for (size_t ns = 4; ns <= NS; ns *= 2) {
+            for (size_t s = 0; s < ns; s++) memcpy(yc + s * out, init, out * sizeof(float));
+            int rc = rl_cuda_test_matvec_chunk(type, w, rows, cols, rb, x, nwp, 1e-5f, mode, fast, ns, yc, &e);
+            CHECK(rc == 0, "%s chunk %zu: %s", rl_type_name(type), ns, e.msg);
+            size_t bad = 0;
+            for (size_t i = 0; i < ns * out; i++) bad += memcmp(&yc[i], &y1[i], sizeof(float)) != 0;
+            CHECK(rc == 0 && bad == 0, "%s %zux%zu mode %d norm %d %s%s: chunk of %zu differs from one column at a time in %zu of %zu outputs",
+                  rl_type_name(type), rows, cols, mode, with_norm, fast ? "q8" : "f32", mma ? (k ? " dp4a" : " mma") : "",
+                  ns, bad, ns * out);
+        }
+    }
+    unsetenv("RL_CUDA_MVX");
+    printf("  chunk  %-5s %5zu x %-5zu mode %d norm %d %s: 4/8/16 columns = one at a time%s\n", rl_type_name(type), rows,
+           cols, mode, with_norm, fast ? "q8 " : "f32", mma ? " (mma and dp4a)" : "");
+    free(w); free(row); free(x); free(nw); free(init); free(y1); free(yc);
+}
+
 static void test_argmax(void) {
     size_t n = 32000;
     float *v = malloc(n * sizeof(float));
@@ -167,6 +212,14 @@ int main(void) {
                 }
             }
         }
+    /* exact chunks: odd rows and a partial last tile (77), GLU and residual modes (1000 x 2048),
+     * a chunk count that is not a multiple of 32 (5632 / 32 = 176), more tiles than one wave */
+    const size_t cshapes[][4] = {{77, 512, 0, 1}, {1000, 2048, 0, 1}, {1000, 2048, 1, 0}, {1000, 2048, 2, 1},
+                                 {256, 5632, 0, 0}, {12288, 1024, 0, 1}};
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++)
+        for (size_t s = 0; s < sizeof cshapes / sizeof *cshapes; s++)
+            for (int fast = 0; fast < 1 + rl_cuda_has_q8(types[t]); fast++)
+                test_chunk(types[t], cshapes[s][0], cshapes[s][1], (int)cshapes[s][2], (int)cshapes[s][3], fast);
     test_argmax();
     return check_report("test_cuda");
 }

@@ -1,0 +1,278 @@
+/* Exact chunks on tensor cores: the ns-column matvec (an exact prefill chunk of 4, 8 or 16
+ * tokens) for Q4_0 and Q8_0 with 8-bit activations, whose every output has the bits of the
+ * one-token kernels (mv_kernel / mvs_kernel), from int8 MMAs instead of dp4a.
+ *
+ * Why it can be exact: the one-token kernels' term for a row and 32-value chunk c is
+ * (d_w * d_x) * (float)dot with dot an integer (Q4_0: sum(q * x) - 8 * sum(x), the nibbles q
+ * unsigned), and an integer sum is the same whatever adds it. mma.m16n8k32.s8 gives exactly
+ * those dots for 16 rows x 8 columns of one chunk at once. What must then match is the order
+ * the float terms are summed in: lane l of the one-token kernel adds the terms of chunks l,
+ * l + 32, l + 64, ... in that order, and the 32 lane sums meet in mv_finish's butterfly. Here
+ * warp w of a block takes chunks c = w (mod 8) in increasing order and keeps one sum per
+ * residue c mod 32 (four per warp: w, w + 8, w + 16, w + 24), so each residue's sum is lane
+ * (c mod 32)'s, op for op; the 32 residue sums of a (row, column) then meet in mv_tree32, lane
+ * 0's butterfly written out, and the epilogue is mv_finish's (mv_epilogue).
+ *
+ * Work: a tile of 16 rows (GLU: gate rows r..r+7 and up rows r..r+7, so that a lane holds the
+ * gate and up sums of the same row after the tree) x the ns columns; blocks of 8 warps
+ * grid-stride over tiles, a tile in rounds of 32 chunks. Fragments (PTX ISA, mma.m16n8k32 with
+ * .s8; g = lane / 4, t = lane % 4): A a0/a2 = row g, k 4t..4t+3 / 16+4t..16+4t+3, a1/a3 the same
+ * for row g + 8; B b0/b1 = column g, k as a0/a2; D d0,d1 = row g, columns 2t, 2t + 1, d2,d3 row
+ * g + 8. In Q4_0's plane a chunk's byte j holds values j (low nibble) and j + 16 (high), so a
+ * lane's A word per row is word t, masked (a0) and shifted (a2); Q8_0's are words t and 4 + t.
+ *
+ * Memory: what limited the first versions (ncu, 7B Q4_0: 360 GB/s at 0.7 instructions per SM
+ * cycle) was the number of cache lines per load instruction: a lane's 4-byte A word per row
+ * puts 8 rows, 8 lines, in every warp load, and the B words and scales of 8 columns as many.
+ * So the weights of a round (16 rows x 32 chunks, each row's bytes contiguous) are copied by
+ * the whole block with 16-byte cp.async into a ring of MVX_DEPTH shared-memory stages (rows
+ * padded by 16 bytes: a warp's A words then hit 32 distinct banks), and the activations come
+ * in the fragment order mv_prep_kernel lays out for it (mvx_frag_store): three 16-byte loads
+ * per lane and chunk, all within a line or four. */
+#include "mv.cuh"
+
+#define MVX_WARPS 8
+#define MVX_SLOTS (32 / MVX_WARPS) /* residue sums per warp */
+#define MVX_DEPTH 4                /* ring stages: rounds in flight while one is used */
+
+template <int T> struct mvx_tr {
+    static constexpr int QB = T == RL_Q4_0 ? 16 : 32; /* code bytes per 32-value chunk */
+    static constexpr int AROW = 32 * QB + 16;         /* a stage's row of codes, padded */
+    /* codes, then 16 rows of 32 fp16 scales 80 bytes apart (the 8 rows a warp reads at once in
+     * 8 distinct bank groups; 64 apart, 4 of them would share one) */
+    static constexpr int STAGE = 16 * AROW + 16 * 80;
+};
+
+__device__ __forceinline__ void mma_s8(int *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+#endif
+}
+
+/* (float)v for an integer |v| < 2^22 without the quarter-rate I2F: the float with bits
+ * 0x4B400000 + v is 1.5 * 2^23 + v exactly (its unit in the last place is 1 there), and the
+ * subtraction is exact. The one-token kernels' (float)dot is exact too: the same value. */
+#define MVX_MAGIC 0x4B400000
+__device__ __forceinline__ float mvx_i2f(int biased) { return __int_as_float(biased) - 12582912.0f; }
+
+/* Tiles of a launch: 16 rows of a segment (the last one of a segment partial), or with GLU 8
+ * rows of gate and up. */
+__host__ __device__ inline int mvx_tiles(const rl_mv_args &a, bool glu) {
+    if (glu) return (a.seg[0].w.rows + 7) / 8;
+    int n = 0;
+    for (int i = 0; i < a.nseg; i++) n += (a.seg[i].w.rows + 15) / 16;
+    return n;
+}
+
+/* Tile `tile`'s segment and first row (GLU: gate and up rows r0 .. r0 + 7). */
+template <bool GLU> __device__ __forceinline__ void mvx_tile(const rl_mv_args &a, int tile, int *si, int *r0) {
+    *si = 0;
+    if constexpr (GLU) {
+        *r0 = 8 * tile;
+    } else {
+        while (*si < a.nseg - 1 && tile >= (a.seg[*si].w.rows + 15) / 16) tile -= (a.seg[(*si)++].w.rows + 15) / 16;
+        *r0 = 16 * tile;
+    }
+}
+
+/* The matrix and row behind tile row i (0..15); a row past the end reads row 0 (dropped). */
+template <bool GLU>
+__device__ __forceinline__ const rl_dmat &mvx_row(const rl_mv_args &a, int si, int r0, int i, int *r) {
+    const rl_dmat &m = GLU ? a.seg[i >> 3].w : a.seg[si].w;
+    *r = GLU ? r0 + (i & 7) : r0 + i;
+    if (*r >= m.rows) *r = 0;
+    return m;
+}
+
+/* Issues the cp.async copies of round `round` of tile `tile` into stage st: each of the 16 rows'
+ * codes of chunks 32 round .. + 31 and their scales (pieces past the row's end zero-filled). */
+template <int T, bool GLU>
+__device__ __forceinline__ void mvx_issue(const rl_mv_args &a, int tile, int round, uint32_t st, int nch) {
+    constexpr int QB = mvx_tr<T>::QB, PPR = 2 * QB; /* 16-byte code pieces per row and round */
+    int si, r0;
+    mvx_tile<GLU>(a, tile, &si, &r0);
+    const int c0 = 32 * round;
+    for (int p = threadIdx.x; p < 16 * PPR; p += blockDim.x) {
+        const int i = p / PPR, k = p % PPR, c = c0 + k * 16 / QB;
+        int r;
+        const rl_dmat &m = mvx_row<GLU>(a, si, r0, i, &r);
+        const uint32_t dst = st + i * mvx_tr<T>::AROW + 16 * k;
+        if (c < nch) cp16(dst, qrow(m, r) + (size_t)c0 * QB + 16 * k);
+    }
+    if (threadIdx.x < 64) { /* scales: 4 pieces of 8 fp16 per row */
+        const int i = threadIdx.x / 4, k = threadIdx.x % 4, c = c0 + 8 * k;
+        int r;
+        const rl_dmat &m = mvx_row<GLU>(a, si, r0, i, &r);
+        const int left = c < nch ? 2 * (nch - c) : 0;
+        cp16z(st + 16 * mvx_tr<T>::AROW + i * 80 + 16 * k, srow(m, r) + (size_t)(c < nch ? c : 0) * 2, left < 16 ? left : 16);
+    }
+}
+
+template <int T, bool GLU, int NS>
+__global__ void __launch_bounds__(MVX_WARPS * 32, 2) mvx_kernel(const rl_mv_args a) {
+    constexpr int NT = (NS + 7) / 8; /* 8-column MMA tiles */
+    constexpr int QB = mvx_tr<T>::QB, AROW = mvx_tr<T>::AROW;
+    extern __shared__ __align__(16) uint8_t ring[]; /* MVX_DEPTH stages */
+    __shared__ float part[32][16][NS + 1];          /* [residue][tile row][column] */
+    __shared__ float fin[16][NS + 1];
+    rl_pdl_trigger();
+    rl_pdl_wait();
+    const int n = a.n, nch = n / 32, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const uint8_t *frag = (const uint8_t *)a.scratch + (size_t)a.ns * col_bytes(n);
+    const int pos = a.io ? a.io->pos : 0, tiles = mvx_tiles(a, GLU), R = (nch + 31) / 32;
+    /* this block's rounds, tile after tile, as one sequence of stages */
+    const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0, total = my_tiles * R;
+    const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
+    for (int s = 0; s < MVX_DEPTH - 1; s++) {
+        if (s < total) mvx_issue<T, GLU>(a, blockIdx.x + (s / R) * gridDim.x, s % R, ring0 + s * mvx_tr<T>::STAGE, nch);
+        cp_commit();
+    }
+    float acc[MVX_SLOTS][NT][4];
+    for (int s = 0; s < total; s++) {
+        cp_wait<MVX_DEPTH - 2>();
+        __syncthreads(); /* stage s is in; every warp is done with stage s - 1, which is refilled next */
+        const int sn = s + MVX_DEPTH - 1;
+        if (sn < total) mvx_issue<T, GLU>(a, blockIdx.x + (sn / R) * gridDim.x, sn % R, ring0 + (sn % MVX_DEPTH) * mvx_tr<T>::STAGE, nch);
+        cp_commit();
+        const int round = s % R, tile = blockIdx.x + (s / R) * gridDim.x;
+        if (round == 0)
+#pragma unroll
+            for (int k = 0; k < MVX_SLOTS; k++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[k][nt][e] = 0.0f;
+        const uint8_t *stg = ring + (s % MVX_DEPTH) * mvx_tr<T>::STAGE;
+#pragma unroll
+        for (int k = 0; k < MVX_SLOTS; k++) {
+            const int cc = warp + MVX_WARPS * k, c = 32 * round + cc; /* residue slot k */
+            const bool on = c < nch;
+            const uint8_t *f = frag + (size_t)(on ? c : 0) * MVX_FRAG;
+            const uint4 bw = *(const uint4 *)(f + 16 * lane);
+            const float4 dx4 = *(const float4 *)(f + 512 + 32 * t);
+            const int4 xs4 = *(const int4 *)(f + 512 + 32 * t + 16);
+            const float dx[4] = {dx4.x, dx4.y, dx4.z, dx4.w};
+            int kb[4] = {MVX_MAGIC, MVX_MAGIC, MVX_MAGIC, MVX_MAGIC}; /* less Q4_0's 8 * sum(x) */
+            if constexpr (T == RL_Q4_0) {
+                kb[0] -= 8 * xs4.x; kb[1] -= 8 * xs4.y; kb[2] -= 8 * xs4.z; kb[3] -= 8 * xs4.w;
+            }
+            const uint32_t *qa = (const uint32_t *)(stg + g * AROW + cc * QB), *qb = (const uint32_t *)(stg + (g + 8) * AROW + cc * QB);
+            uint32_t aw[4];
+            if constexpr (T == RL_Q4_0) {
+                const uint32_t wa = qa[t], wb = qb[t];
+                aw[0] = wa & 0x0F0F0F0Fu;
+                aw[1] = wb & 0x0F0F0F0Fu;
+                aw[2] = (wa >> 4) & 0x0F0F0F0Fu;
+                aw[3] = (wb >> 4) & 0x0F0F0F0Fu;
+            } else {
+                aw[0] = qa[t];
+                aw[1] = qb[t];
+                aw[2] = qa[4 + t];
+                aw[3] = qb[4 + t];
+            }
+            const uint16_t *sc = (const uint16_t *)(stg + 16 * AROW);
+            const float dw[2] = {h2f(sc[g * 40 + cc]), h2f(sc[(g + 8) * 40 + cc])};
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++) {
+                int d[4];
+                mma_s8(d, aw, nt ? bw.z : bw.x, nt ? bw.w : bw.y);
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    /* dot_q8's term, both products rounded; a chunk past the end adds nothing
+                     * (not even +0, which would turn a -0 sum into +0) */
+                    const int j = (e & 1) + 2 * nt; /* D column 2t + (e & 1) + 8 nt */
+                    const float term = __fmul_rn(__fmul_rn(dw[e >> 1], dx[j]), mvx_i2f(d[e] + kb[j]));
+                    acc[k][nt][e] = on ? acc[k][nt][e] + term : acc[k][nt][e];
+                }
+            }
+        }
+        if (round != R - 1) continue;
+        /* the tile's last round: residue sums -> the butterfly's tree -> the epilogue. The stage
+         * barriers of later rounds keep part and fin from being rewritten while read. */
+#pragma unroll
+        for (int k = 0; k < MVX_SLOTS; k++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int col = 2 * t + (e & 1) + 8 * nt;
+                    if (col < NS) part[warp + MVX_WARPS * k][g + 8 * (e >> 1)][col] = acc[k][nt][e];
+                }
+        __syncthreads();
+        for (int i = threadIdx.x; i < 16 * NS; i += blockDim.x) {
+            const int row = i / NS, col = i % NS;
+            float v[32];
+#pragma unroll
+            for (int r = 0; r < 32; r++) v[r] = part[r][row][col];
+            fin[row][col] = mv_tree32(v);
+        }
+        __syncthreads();
+        int si, r0;
+        mvx_tile<GLU>(a, tile, &si, &r0);
+        const rl_dmat &ma = a.seg[si].w;
+        for (int i = threadIdx.x; i < 8 * NS; i += blockDim.x) { /* mv_finish's epilogue per pair and column */
+            const int pr = i / NS, col = i % NS;
+            if (GLU) {
+                if (r0 + pr < ma.rows) mv_epilogue<true>(a, mv_task{}, r0 + pr, fin[pr][col], fin[pr + 8][col], pos, col);
+                continue;
+            }
+            mv_task tk;
+            tk.seg = si;
+            tk.ra = r0 + 2 * pr;
+            tk.rb = tk.ra + 1 < ma.rows ? tk.ra + 1 : -1;
+            if (tk.ra < ma.rows) mv_epilogue<false>(a, tk, 0, fin[2 * pr][col], fin[2 * pr + 1][col], pos, col);
+        }
+    }
+    cp_wait<0>(); /* no copy outlives the block */
+}
+
+typedef void (*mvx_fn)(const rl_mv_args);
+
+template <int T> static mvx_fn mvx_pick(bool glu, int ns) {
+    switch (ns) {
+    case 4: return glu ? mvx_kernel<T, true, 4> : mvx_kernel<T, false, 4>;
+    case 8: return glu ? mvx_kernel<T, true, 8> : mvx_kernel<T, false, 8>;
+    default: return glu ? mvx_kernel<T, true, 16> : mvx_kernel<T, false, 16>;
+    }
+}
+
+static size_t mvx_smem(uint32_t type) {
+    return (size_t)MVX_DEPTH * (type == RL_Q4_0 ? mvx_tr<RL_Q4_0>::STAGE : mvx_tr<RL_Q8_0>::STAGE);
+}
+
+int rl_mvx_prepare(void) {
+    for (uint32_t type : {RL_Q4_0, RL_Q8_0})
+        for (int glu = 0; glu < 2; glu++)
+            for (int ns : {4, 8, 16}) {
+                mvx_fn f = type == RL_Q4_0 ? mvx_pick<RL_Q4_0>(glu, ns) : mvx_pick<RL_Q8_0>(glu, ns);
+                cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mvx_smem(type));
+                if (err != cudaSuccess) return (int)err;
+            }
+    return 0;
+}
+
+bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
+    const uint32_t type = a->seg[0].w.type;
+    if (!k->mvx || a->ns <= 1 || !a->fast || (type != RL_Q4_0 && type != RL_Q8_0) || a->n % 32) return false;
+    for (int i = 0; i < (a->mode == RL_MV_GLU ? 2 : a->nseg); i++) {
+        const rl_dmat &m = a->seg[i].w;
+        if (m.type != type || (uintptr_t)m.q % 16 || m.q_row % 16 || !m.s || (uintptr_t)m.s % 16 || m.s_row % 16)
+            return false;
+    }
+    return true;
+}
+
+int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
+    const bool glu = a->mode == RL_MV_GLU;
+    const uint32_t type = a->seg[0].w.type;
+    if (a->ns != 4 && a->ns != 8 && a->ns != 16) return -1;
+    mvx_fn f = type == RL_Q4_0 ? mvx_pick<RL_Q4_0>(glu, a->ns) : mvx_pick<RL_Q8_0>(glu, a->ns);
+    const size_t smem = mvx_smem(type);
+    int occ = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, MVX_WARPS * 32, smem) != cudaSuccess || occ < 1) occ = 1;
+    const int tiles = mvx_tiles(*a, glu), cap = occ * n_sm, blocks = tiles < cap ? tiles : cap;
+    return rl_launch(f, dim3(blocks), dim3(MVX_WARPS * 32), smem, st, k->pdl == 1, *a) ? -1 : 1;
+}
