@@ -458,7 +458,7 @@ static inline int kq_round(float v) {
  * far only when its error is strictly smaller. Fills q (the best candidate's codes) and *neg_lo
  * (= -lo, the "min" K-quants store); returns scale (0 for a constant block).
  * This is ggml's make_qkx2_quants (dr = 0.1: the K-quants' sub-blocks) and, given explicit
- * weights, its make_qkx3_quants (dr = 0.05: the imatrix Q4_1 / Q5_1 of quant_legacy_w); the two
+ * weights, its make_qkx3_quants (dr = 0.05: the imatrix Q4_1 / Q5_1 / Q4_K / Q5_K); the two
  * differ only in their grids and in qkx3's x^2 default weights, which rawloop never uses. */
 static float kq_fit_asym(const float *x, const float *e, int nmax, float r0, float dr, int nsteps, uint8_t *q,
                          float *neg_lo) {
@@ -517,57 +517,174 @@ static float kq_fit_asym(const float *x, const float *e, int nmax, float r0, flo
     return scale;
 }
 
-/* Packs 8 six-bit scales and mins the way scale_min_k4 reads them. */
+/* Packs 8 six-bit scales and mins the way scale_min_k4 reads them. A value above 63 is not
+ * masked: its high bits land in the neighbouring fields as they do in ggml's packing. Only
+ * llama.cpp's imatrix Q4_K stores such a value (a negative sub-block scale wraps in uint8 and is
+ * not clamped there: quant_k45); every other caller passes values <= 63. */
 static void pack_scale_min_k4(const uint8_t *sc, const uint8_t *m, uint8_t *q) {
     for (size_t j = 0; j < 4; j++) {
-        q[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
-        q[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        q[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+        q[j + 4] = (uint8_t)(m[j] | ((m[j + 4] >> 4) << 6));
         q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
     }
 }
 
-/* Q4_K and Q5_K share everything but the number of levels, the search's grid (Q4_K: 21
- * candidates from nmax - 1, Q5_K: 16 from nmax - 0.5, both in steps of 0.1) and where the
- * fifth bit goes.
- * Per sub-block, the error weight of x_l is rms(sub-block) + |x_l| (large values count more,
- * never zero). With calibration importances w the weight is w_l times that, so uniform
- * importances give the plain fit's choices (block_w passes NULL for those anyway: bytes
- * identical). The 6-bit sub-block scales and mins are the searched ones on the grid
- * max/63; the codes are then re-derived from the stored (fp16, 6-bit) values, except in a
+/* The reference K-quantizers' 6-bit sub-block scales (or mins) v[0..8): the grid max(v) / 63,
+ * codes rounded to it and clamped to 63 (after the uint8 wrap, ggml's order). Returns the
+ * super-scale max(v) / 63. */
+static float k45_grid_scales(const float *v, uint8_t *l) {
+    float vmax = 0;
+    for (size_t j = 0; j < 8; j++)
+        if (v[j] > vmax) vmax = v[j];
+    float inv = vmax > 0 ? 63.0f / vmax : 0.0f;
+    for (size_t j = 0; j < 8; j++) {
+        uint8_t c = (uint8_t)kq_round(inv * v[j]);
+        l[j] = c < 63 ? c : 63;
+    }
+    return vmax / 63.0f;
+}
+
+/* The imatrix K-quantizers' sub-block scales (or mins) v[0..n): a super-scale d and codes
+ * l_j in [0, nmax] minimising sum_j e_j (v_j - d l_j)^2, where e_j is sub-block j's total error
+ * weight (a scale that carries many important values must be rounded more carefully). Start:
+ * the largest value on nmax, and the grids (nmax + 0.1k) / max, k = -4..4, each scored by
+ * its rounding's error; the best grid's codes are then moved one at a time to their
+ * least-squares value given the others (at most 5 passes), a move kept when it raises the
+ * fit (sum e v l)^2 / sum e l^2. Returns the least-squares d of the final codes. This is ggml's
+ * make_qp_quants, in its order of operations; like it, the codes are kept in uint8 throughout,
+ * so a negative v (a degenerate sub-block fit) gives a wrapped code and is scored as one. */
+static float kq_fit_scales(const float *v, const float *e, size_t n, int nmax, uint8_t *l) {
+    float vmax = 0;
+    for (size_t j = 0; j < n; j++) vmax = vmax > v[j] ? vmax : v[j];
+    if (vmax < 1e-15f) {
+        memset(l, 0, n);
+        return 0;
+    }
+    float inv = (float)nmax / vmax, step = 1 / inv, best = 0;
+    for (size_t j = 0; j < n; j++) {
+        l[j] = (uint8_t)kq_round(inv * v[j]); /* not clamped: v_j <= max rounds to <= nmax */
+        float r = v[j] - step * l[j];
+        best += e[j] * r * r;
+    }
+    for (int k = -4; k <= 4; k++) {
+        if (k == 0) continue;
+        float inv_k = (0.1f * (float)k + (float)nmax) / vmax, step_k = 1 / inv_k, err = 0;
+        for (size_t j = 0; j < n; j++) {
+            int c = kq_round(inv_k * v[j]);
+            float r = v[j] - step_k * (float)(c < nmax ? c : nmax);
+            err += e[j] * r * r;
+        }
+        if (err < best) {
+            best = err;
+            inv = inv_k;
+        }
+    }
+    float s_vl = 0, s_ll = 0; /* sum e v l, sum e l^2 */
+    for (size_t j = 0; j < n; j++) {
+        int c = kq_round(inv * v[j]);
+        c = c < nmax ? c : nmax;
+        l[j] = (uint8_t)c;
+        s_vl += e[j] * v[j] * (float)c;
+        s_ll += e[j] * (float)c * (float)c;
+    }
+    for (int pass = 0; pass < 5; pass++) {
+        size_t moved = 0;
+        for (size_t j = 0; j < n; j++) {
+            /* the sums without code j; its least-squares value given the others is v_j / d' */
+            float vl = s_vl - e[j] * v[j] * l[j], ll = s_ll - e[j] * l[j] * l[j];
+            if (!(vl > 0 && ll > 0)) continue;
+            int c = kq_round(v[j] * ll / vl);
+            c = c < nmax ? c : nmax;
+            if (c == l[j]) continue;
+            vl += e[j] * v[j] * (float)c;
+            ll += e[j] * (float)c * (float)c;
+            if (vl * vl * s_ll > s_vl * s_vl * ll) {
+                l[j] = (uint8_t)c;
+                s_vl = vl;
+                s_ll = ll;
+                moved++;
+            }
+        }
+        if (!moved) break;
+    }
+    return s_ll > 0 ? s_vl / s_ll : 0.0f;
+}
+
+/* Step one of Q4_K / Q5_K: the asymmetric fit of each 32-value sub-block (scale[j], min[j] and
+ * its codes in q), and sw[j], the sum of its error weights.
+ * - Without importances (llama.cpp's reference quantizer, llama-quantize without an imatrix):
+ *   error weight rms(sub-block) + |x_l| (large values count more, none is zero), on the grid
+ *   nmax - 1 + 0.1k, k = 0..20 (Q4_K) or nmax - 0.5 + 0.1k, k = 0..15 (Q5_K).
+ * - With importances w (llama.cpp's imatrix quantizer, quantize_row_q4_K_impl / q5_K_impl):
+ *   error weight w_l sqrt(sigma2 + x_l^2), sigma2 twice the super-block's mean square (the
+ *   importance times the value's size with a floor, so small values still count; the legacy
+ *   types' weight, but from the 256 values), on make_qkx3_quants' finer grid
+ *   nmax - 0.9 + 0.05k, k = 0..36. */
+static void k45_fit_subblocks(const float *x, const float *w, int qmax, float *scale, float *min, float *sw,
+                              uint8_t *q) {
+    float sigma2 = 0, e[32];
+    if (w) {
+        float ss = 0;
+        for (size_t l = 0; l < RL_QK_K; l++) ss += x[l] * x[l];
+        sigma2 = 2 * ss / (float)RL_QK_K;
+    }
+    for (size_t j = 0; j < 8; j++) {
+        const float *xs = x + 32 * j;
+        if (w) {
+            float sum = 0;
+            for (size_t l = 0; l < 32; l++) {
+                e[l] = w[32 * j + l] * sqrtf(sigma2 + xs[l] * xs[l]);
+                sum += e[l];
+            }
+            sw[j] = sum;
+            scale[j] = kq_fit_asym(xs, e, qmax, -0.9f, 0.05f, 36, q + 32 * j, &min[j]);
+        } else {
+            float ss = 0;
+            for (size_t l = 0; l < 32; l++) ss += xs[l] * xs[l];
+            float rms = sqrtf(ss / 32);
+            for (size_t l = 0; l < 32; l++) e[l] = rms + fabsf(xs[l]);
+            sw[j] = 0; /* unused: the reference rounds its sub-block scales unweighted */
+            float r0 = qmax == 15 ? -1.0f : -0.5f;
+            int nsteps = qmax == 15 ? 20 : 15;
+            scale[j] = kq_fit_asym(xs, e, qmax, r0, 0.1f, nsteps, q + 32 * j, &min[j]);
+        }
+    }
+}
+
+/* Q4_K and Q5_K share everything but the number of levels, the search's grid and where the
+ * fifth bit goes. Step one fits each sub-block (k45_fit_subblocks); step two rounds the 8
+ * scales and the 8 mins to 6 bits under fp16 super-scales d and dmin: on the grid max/63
+ * without importances, by kq_fit_scales with them (llama.cpp's imatrix Q4_K leaves a wrapped
+ * scale code unclamped, its Q5_K clamps it to 63; only a negative sub-block scale tells them
+ * apart). Then the codes are re-derived from the stored (fp16, 6-bit) values, except in a
  * sub-block whose stored scale is 0, which keeps its search codes as llama.cpp does. */
 static void quant_k45(const float *x, const float *w, uint8_t *b, int bits) {
     int qmax = (1 << bits) - 1;
-    float r0 = bits == 4 ? -1.0f : -0.5f;
-    int nsteps = bits == 4 ? 20 : 15;
-    float scale[8], min[8], smax = 0, mmax = 0, e[32];
-    uint8_t q[RL_QK_K];
-    for (size_t j = 0; j < 8; j++) {
-        const float *xs = x + 32 * j;
-        float ss = 0;
-        for (size_t l = 0; l < 32; l++) ss += xs[l] * xs[l];
-        float rms = sqrtf(ss / 32);
-        for (size_t l = 0; l < 32; l++) e[l] = w ? w[32 * j + l] * (rms + fabsf(xs[l])) : rms + fabsf(xs[l]);
-        scale[j] = kq_fit_asym(xs, e, qmax, r0, 0.1f, nsteps, q + 32 * j, &min[j]);
-        if (scale[j] > smax) smax = scale[j];
-        if (min[j] > mmax) mmax = min[j];
-    }
-    float inv_s = smax > 0 ? 63.0f / smax : 0.0f, inv_m = mmax > 0 ? 63.0f / mmax : 0.0f;
-    uint8_t sc[8], m[8];
-    for (size_t j = 0; j < 8; j++) {
-        /* the uint8 wrap before the clamp is ggml's (it only matters for a negative scale) */
-        uint8_t ls = (uint8_t)kq_round(inv_s * scale[j]), lm = (uint8_t)kq_round(inv_m * min[j]);
-        sc[j] = ls < 63 ? ls : 63;
-        m[j] = lm < 63 ? lm : 63;
+    float scale[8], min[8], sw[8], d, dmin;
+    uint8_t q[RL_QK_K], sc[8], m[8];
+    k45_fit_subblocks(x, w, qmax, scale, min, sw, q);
+    if (w) {
+        d = kq_fit_scales(scale, sw, 8, 63, sc);
+        dmin = kq_fit_scales(min, sw, 8, 63, m);
+        for (size_t j = 0; j < 8 && bits == 5; j++) {
+            sc[j] = sc[j] < 63 ? sc[j] : 63;
+            m[j] = m[j] < 63 ? m[j] : 63;
+        }
+    } else {
+        d = k45_grid_scales(scale, sc);
+        dmin = k45_grid_scales(min, m);
     }
     pack_scale_min_k4(sc, m, b + 4);
-    /* the stored (fp16) super-scales are what the decoder multiplies by */
-    st_f16(b, smax / 63.0f);
-    st_f16(b + 2, mmax / 63.0f);
-    float d = ld_f16(b), dmin = ld_f16(b + 2);
+    /* the stored (fp16) super-scales and 6-bit fields are what the decoder multiplies by */
+    st_f16(b, d);
+    st_f16(b + 2, dmin);
+    float df = ld_f16(b), dminf = ld_f16(b + 2);
     for (size_t j = 0; j < 8; j++) {
-        float ds = d * sc[j];
+        uint8_t s6, m6;
+        scale_min_k4(j, b + 4, &s6, &m6);
+        float ds = df * s6;
         if (ds == 0) continue;
-        float dm = dmin * m[j];
+        float dm = dminf * m6;
         for (size_t l = 0; l < 32; l++) q[32 * j + l] = (uint8_t)clampi(kq_round((x[32 * j + l] + dm) / ds), 0, qmax);
     }
     uint8_t *qh = bits == 5 ? b + 16 : NULL, *qs = bits == 5 ? b + 48 : b + 16;
@@ -587,11 +704,12 @@ static void quant_k45(const float *x, const float *w, uint8_t *b, int bits) {
 }
 
 /* Symmetric scale of n <= 32 values on the grid [-nmax, nmax - 1], minimising
- * sum e (x - s q)^2 with e = w (the imatrix Q4_0 / Q5_0 of quant_legacy_w) or, w NULL, e = x^2
- * (Q6_K: the x^2 weight favours the large values). Candidates: the signed value of largest
- * magnitude mapped to -(nmax + 0.1 k), k = -9..9; each gives codes and the least-squares scale
- * for them, and a candidate wins when it lowers the error (the comparison is on
- * sum(e q x)^2 / sum(e q^2), the error reduction of the least-squares scale, strictly greater).
+ * sum e (x - s q)^2 with e = w (the imatrix Q4_0 / Q5_0 of quant_legacy_w, the imatrix Q6_K)
+ * or, w NULL, e = x^2 (the reference Q6_K: the x^2 weight favours the large values).
+ * Candidates: the signed value of largest magnitude mapped to -(nmax + 0.1 k), k = -9..9; each
+ * gives codes and the least-squares scale for them, and a candidate wins when it lowers the
+ * error (the comparison is on sum(e q x)^2 / sum(e q^2), the error reduction of the
+ * least-squares scale, strictly greater).
  * Fills q with codes + nmax (0 for an all-zero block) and returns the scale. This is ggml's
  * make_qx_quants with rmse_type 1. */
 static float fit_sym(const float *x, size_t n, int nmax, const float *w, uint8_t *q) {
@@ -628,13 +746,17 @@ static float fit_sym(const float *x, size_t n, int nmax, const float *w, uint8_t
     return scale;
 }
 
-static void quant_q6_k(const float *x, uint8_t *b) {
-    /* per 16 values a searched scale (fit_sym); the super-block scale d maps the sub-block
-     * scale of largest magnitude to -128 */
+/* Q6_K: per 16 values a searched scale (fit_sym); the super-block scale d maps the sub-block
+ * scale of largest magnitude to -128. Without importances (w NULL) this is llama.cpp's reference
+ * quantizer, whose search weights each value by x^2. With them it is its imatrix quantizer
+ * (quantize_row_q6_K_impl), which weights each value by its importance alone: unlike Q4_K and
+ * the legacy types, no sqrt(sigma2 + x^2) factor (llama.cpp has it commented out). Everything
+ * after the search is the same in both. */
+static void quant_q6_k(const float *x, const float *w, uint8_t *b) {
     float scale[16], amax_s = 0, max_s = 0;
     uint8_t q[RL_QK_K];
     for (size_t j = 0; j < 16; j++) {
-        scale[j] = fit_sym(x + 16 * j, 16, 32, NULL, q + 16 * j);
+        scale[j] = fit_sym(x + 16 * j, 16, 32, w ? w + 16 * j : NULL, q + 16 * j);
         if (fabsf(scale[j]) > amax_s) {
             amax_s = fabsf(scale[j]);
             max_s = scale[j];
@@ -674,10 +796,11 @@ static void quant_q6_k(const float *x, uint8_t *b) {
  * symmetric scale (fit_sym); Q4_1 / Q5_1 search a step and an offset (kq_fit_asym on
  * make_qkx3_quants' grid: 37 step counts nmax - 0.9 + 0.05 k) and store m = lo. The codes are the
  * search's, not re-derived from the fp16 d and m (llama.cpp keeps them too).
- * Unlike block_w's types, a block of equal importances does not fall back to the reference
+ * Unlike RQ2 (block_w), a block of equal importances does not fall back to the reference
  * quantizer: llama.cpp runs this search whenever it has importances, and the search differs
- * from the reference's min/max fit even with equal ones. Same float operations, in the same
- * order, as ggml's (docs/FORMATS.md, rule 4 of the recipes, says what was compared). */
+ * from the reference's min/max fit even with equal ones (the imatrix K-quants likewise). Same
+ * float operations, in the same order, as ggml's (docs/FORMATS.md, rule 4 of the recipes, says
+ * what was compared). */
 static void quant_legacy_w(uint32_t type, const float *x, size_t n, const float *w, uint8_t *b) {
     int levels = type == RL_Q4_0 || type == RL_Q4_1 ? 16 : 32;
     bool asym = type == RL_Q4_1 || type == RL_Q5_1;
@@ -777,12 +900,13 @@ static void quant_rq2(const float *x, const float *w, uint8_t *b) {
 }
 
 bool rl_quant_uses_weights(uint32_t type) {
-    return type == RL_Q4_K || type == RL_Q5_K || type == RL_RQ2 || type == RL_Q4_0 || type == RL_Q4_1 ||
-           type == RL_Q5_0 || type == RL_Q5_1;
+    return type == RL_Q4_K || type == RL_Q5_K || type == RL_Q6_K || type == RL_RQ2 || type == RL_Q4_0 ||
+           type == RL_Q4_1 || type == RL_Q5_0 || type == RL_Q5_1;
 }
 
-/* Weights of the block of n values at offset off, or NULL when they are all equal: a uniform
- * weight changes no choice, and the plain path then gives the unweighted quantizer's bytes. */
+/* RQ2's weights for the block of n values at offset off, or NULL when they are all equal: a
+ * uniform weight changes no choice of its search, and the plain path then gives the unweighted
+ * quantizer's bytes. (The llama.cpp types run their imatrix search on any importances.) */
 static const float *block_w(const float *w, size_t off, size_t n) {
     if (!w) return NULL;
     w += off;
@@ -797,6 +921,12 @@ void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n) {
 
 void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const float *w) {
     uint8_t *b = dst;
+    /* llama.cpp's imatrix Q4_0 / Q4_1 / Q5_0 / Q5_1 take the whole row (their error weights use
+     * its mean square), so they leave before the per-block loops of the reference quantizers */
+    if (w && (type == RL_Q4_0 || type == RL_Q4_1 || type == RL_Q5_0 || type == RL_Q5_1)) {
+        quant_legacy_w(type, src, n, w, b);
+        return;
+    }
     switch (type) {
     case RL_F32:
         memcpy(dst, src, n * sizeof(float));
@@ -815,35 +945,27 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
         for (size_t i = 0; i < n / RL_QK; i++) quant_q8_0(src + i * RL_QK, b + i * 34);
         return;
     case RL_Q4_0:
-        if (w)
-            quant_legacy_w(type, src, n, w, b);
-        else
-            for (size_t i = 0; i < n / RL_QK; i++) quant_q4_0(src + i * RL_QK, b + i * 18);
+        for (size_t i = 0; i < n / RL_QK; i++) quant_q4_0(src + i * RL_QK, b + i * 18);
         return;
     case RL_FP8:
         for (size_t i = 0; i < n / RL_QK; i++) quant_fp8(src + i * RL_QK, b + i * 34);
         return;
     case RL_Q4_1:
-        if (w)
-            quant_legacy_w(type, src, n, w, b);
-        else
-            for (size_t i = 0; i < n / RL_QK; i++) quant_q4_1(src + i * RL_QK, b + i * 20);
+        for (size_t i = 0; i < n / RL_QK; i++) quant_q4_1(src + i * RL_QK, b + i * 20);
         return;
     case RL_Q5_0:
     case RL_Q5_1:
-        if (w)
-            quant_legacy_w(type, src, n, w, b);
-        else
-            for (size_t i = 0, bs = rl_type_get(type)->size; i < n / RL_QK; i++) quant_q5(type, src + i * RL_QK, b + i * bs);
+        for (size_t i = 0, bs = rl_type_get(type)->size; i < n / RL_QK; i++) quant_q5(type, src + i * RL_QK, b + i * bs);
         return;
+    /* the K-quants' searches are per 256-value super-block; w NULL selects the reference search */
     case RL_Q4_K:
-        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, block_w(w, i * RL_QK_K, RL_QK_K), b + i * 144, 4);
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, w ? w + i * RL_QK_K : NULL, b + i * 144, 4);
         return;
     case RL_Q5_K:
-        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, block_w(w, i * RL_QK_K, RL_QK_K), b + i * 176, 5);
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, w ? w + i * RL_QK_K : NULL, b + i * 176, 5);
         return;
     case RL_Q6_K:
-        for (size_t i = 0; i < n / RL_QK_K; i++) quant_q6_k(src + i * RL_QK_K, b + i * 210);
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_q6_k(src + i * RL_QK_K, w ? w + i * RL_QK_K : NULL, b + i * 210);
         return;
     case RL_RQ2:
         for (size_t i = 0; i < n / RL_QK_RQ2; i++) quant_rq2(src + i * RL_QK_RQ2, block_w(w, i * RL_QK_RQ2, RL_QK_RQ2), b + i * 20);

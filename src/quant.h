@@ -37,12 +37,11 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
  * FP8 rounds x / d to the nearest e4m3 value (section FP8). */
 void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
 /* Same, with per-element importances w[0..n) (calibration: mean squared activation of each
- * input column; w NULL = rl_quant_row, byte for byte). Types with a search (Q4_K, Q5_K, RQ2)
- * multiply each element's error term by w_j (RQ2: sum_j w_j (x_j - deq_j)^2; Q4_K/Q5_K: on top
- * of their own per-element error weights); for them a block whose weights are all equal is
- * quantized exactly as without weights. Q4_0, Q4_1, Q5_0 and Q5_1 with w run llama.cpp's imatrix
- * quantizers (the same bytes as llama-quantize given w as its imatrix), a search that differs
- * from the reference quantizer even for equal weights. The other types ignore w. */
+ * input column; w NULL = rl_quant_row, byte for byte). Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and
+ * Q6_K with w run llama.cpp's imatrix quantizers (the same bytes as llama-quantize given w as its
+ * imatrix), searches that differ from the reference quantizers even for equal weights. RQ2
+ * minimises sum_j w_j (x_j - deq_j)^2, and a block whose weights are all equal is quantized
+ * exactly as without weights. The other types ignore w. */
 void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const float *w);
 /* True when rl_quant_row_w uses its weights for this type. */
 bool rl_quant_uses_weights(uint32_t type);
