@@ -69,9 +69,9 @@ static void usage(FILE *out) {
         "  --calib TEXT  calibration (GGUF input only): runs IN on the text (chunks of 512\n"
         "             tokens, fp32 CPU path) and weights each weight's error by the mean square\n"
         "             of the activation it multiplies (per input column, plus a uniform part)\n"
-        "             in the quantizers that search: Q4_K, Q5_K, RQ2, and Q4_0 / Q4_1 / Q5_0 /\n"
-        "             Q5_1 (llama.cpp's imatrix quantizers). Q8_0 and Q6_K ignore the weights\n"
-        "             (noted); Q4_0 / Q5_0 also put ffn_down of the first eighth of the\n"
+        "             in the quantizers that search: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K /\n"
+        "             Q6_K (llama.cpp's imatrix quantizers) and RQ2. Q8_0 and FP8 ignore the\n"
+        "             weights (noted); Q4_0 / Q5_0 also put ffn_down of the first eighth of the\n"
         "             layers in Q4_1 / Q5_1, as llama.cpp does with an imatrix\n"
         "  --calib-chunks N  use the first N chunks of TEXT (default 8)\n"
         "  --pure     every matrix in the base type (no head rule, _M/_S bumps or --calib\n"
@@ -509,7 +509,7 @@ int cmd_quantize(int argc, char **argv) {
         }
         fprintf(stderr, "rawloop quantize: --calib: importances from %zu chunk%s of %d tokens of "
                         "%s (%.1f s); %zu matri%s use them, %zu (types without a weighted "
-                        "search: Q8_0, Q6_K, FP8, floats) ignore them\n",
+                        "search: Q8_0, FP8, floats) ignore them\n",
                 calib_n, calib_n == 1 ? "" : "s", CALIB_CTX, calib_path, cli_now() - tc,
                 n_weighted, n_weighted == 1 ? "x" : "ces", n_unweighted);
         const char *save = getenv("RAWLOOP_CALIB_IMATRIX");

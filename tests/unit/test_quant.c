@@ -965,14 +965,17 @@ static double weighted_err(uint32_t type, const float *x, const float *w, const 
     return e;
 }
 
-static bool is_legacy(uint32_t ty) {
-    return ty == RL_Q4_0 || ty == RL_Q4_1 || ty == RL_Q5_0 || ty == RL_Q5_1;
+/* The types whose weighted quantizer is llama.cpp's imatrix quantizer. */
+static bool is_imatrix(uint32_t ty) {
+    return ty == RL_Q4_0 || ty == RL_Q4_1 || ty == RL_Q5_0 || ty == RL_Q5_1 || ty == RL_Q4_K || ty == RL_Q5_K ||
+           ty == RL_Q6_K;
 }
 
 /* rl_quant_row_w: NULL weights give rl_quant_row's bytes exactly (every type), and so do uniform
- * ones for the types whose search block_w skips. Q4_0/Q4_1/Q5_0/Q5_1 run llama.cpp's imatrix
- * search whenever there are weights, equal or not (llama.cpp does, and its error weight
- * w_j sqrt(sigma2 + x_j^2) is not uniform then): equal weights differ from the reference
+ * ones for RQ2 (block_w skips its search) and the types without one. Q4_0/Q4_1/Q5_0/Q5_1 and
+ * Q4_K/Q5_K/Q6_K run llama.cpp's imatrix search whenever there are weights, equal or not
+ * (llama.cpp does; its error weight w_j sqrt(sigma2 + x_j^2), or Q6_K's w_j in place of the
+ * reference's x_j^2, is not the reference's then): equal weights differ from the reference
  * quantizer, and a power-of-two factor on all of them changes no byte (every sum scales
  * exactly). With heavy-tailed per-column weights the searched types lower the weighted error
  * (RQ2 on every block, by construction: the plain fit is one of its candidates; the others on
@@ -998,7 +1001,7 @@ static void test_weighted(void) {
             rl_quant_row_w(ty, x, b, N, NULL);
             bad += memcmp(a, b, rb) != 0;
             rl_quant_row_w(ty, x, b, N, ones);
-            if (is_legacy(ty)) {
+            if (is_imatrix(ty)) {
                 moved += memcmp(a, b, rb) != 0;
                 rl_quant_row_w(ty, x, c, N, four);
                 bad += memcmp(b, c, rb) != 0;
@@ -1008,12 +1011,12 @@ static void test_weighted(void) {
             rl_quant_row_w(ty, x, b, N, flat);
             bad += memcmp(a, b, rb) != 0;
         }
-        CHECK(bad == 0, "%s: %zu rows differ from rl_quant_row with NULL/uniform weights (legacy "
+        CHECK(bad == 0, "%s: %zu rows differ from rl_quant_row with NULL/uniform weights (imatrix "
               "types: uniform 1 vs 4)", rl_type_name(ty), bad);
-        CHECK(!is_legacy(ty) || moved == 20, "%s: %zu of 20 rows with uniform weights are the "
+        CHECK(!is_imatrix(ty) || moved == 20, "%s: %zu of 20 rows with uniform weights are the "
               "reference quantizer's", rl_type_name(ty), 20 - moved);
     }
-    static const uint32_t searched[] = {RL_RQ2, RL_Q4_K, RL_Q5_K, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1};
+    static const uint32_t searched[] = {RL_RQ2, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1};
     for (size_t t = 0; t < sizeof searched / sizeof *searched; t++) {
         uint32_t ty = searched[t];
         size_t bs = rl_type_get(ty)->blck, bb = rl_type_get(ty)->size;
@@ -1041,8 +1044,8 @@ static void test_weighted(void) {
                 worse_blocks += bw > bu * (1 + 1e-6);
             }
         }
-        /* RQ2: never; the others: few (measured: Q4_K 0, Q5_K 10 of 160, Q4_0 50, Q4_1 6, Q5_0 26,
-         * Q5_1 7 of 1280) */
+        /* RQ2: never; the others: few (measured: Q4_K 0, Q5_K 2, Q6_K 0 of 160, Q4_0 43, Q4_1 6,
+         * Q5_0 41, Q5_1 9 of 1280) */
         CHECK(ty == RL_RQ2 ? worse_blocks == 0 : worse_blocks * 10 < blocks, "%s: %zu of %zu blocks "
               "with a larger weighted error than the plain fit", rl_type_name(ty), worse_blocks, blocks);
         CHECK(sum_w < 0.97 * sum_u, "%s: weighted error %g, plain fit's %g (ratio %.3f)",
@@ -1051,7 +1054,8 @@ static void test_weighted(void) {
                rl_type_name(ty), sum_w / sum_u, worse_blocks, blocks);
     }
     CHECK(rl_quant_uses_weights(RL_RQ2) && rl_quant_uses_weights(RL_Q4_K) && rl_quant_uses_weights(RL_Q4_0) &&
-          rl_quant_uses_weights(RL_Q5_1) && !rl_quant_uses_weights(RL_Q8_0) && !rl_quant_uses_weights(RL_Q6_K),
+          rl_quant_uses_weights(RL_Q5_1) && rl_quant_uses_weights(RL_Q6_K) && !rl_quant_uses_weights(RL_Q8_0) &&
+          !rl_quant_uses_weights(RL_FP8),
           "uses_weights");
     free(x); free(w); free(y); free(ones); free(flat); free(four); free(a); free(b); free(c);
 }
