@@ -110,18 +110,29 @@ def test_fixture_inputs_are_the_recorded_ones():
         "importances_superblock() no longer gives the importances the fixture was made from"
 
 
-@pytest.mark.parametrize("tname", sorted(TYPES))
-def test_blocks_match_llama_quantize(tname, tmp_path):
-    rows, w = make_rows(), importances()
-    ref = (DATA / f"{tname.lower()}.bin").read_bytes()
-    bs = TYPES[tname]
-    assert len(ref) == rows.size // 32 * bs
+def differing_blocks(a, b, bs):
+    return [i for i in range(len(b) // bs) if a[i * bs:(i + 1) * bs] != b[i * bs:(i + 1) * bs]]
+
+
+def check_fixture(tname, fixture, bs, per_block, w, tmp_path, where):
+    """rawloop's blocks of make_rows() in tname with importances w against llama-quantize's
+    blocks in DATA / fixture (bs bytes per block of per_block values); where: how a block index
+    maps to the rows, for the message."""
+    rows = make_rows()
+    ref = (DATA / fixture).read_bytes()
+    assert len(ref) == rows.size // per_block * bs
     (tmp_path / "w.f32").write_bytes(w.tobytes())
     ours = run_quant_tool("quant", tname, rows.tobytes(), tmp_path, tmp_path / "w.f32")
     assert len(ours) == len(ref)
-    bad = [i for i in range(len(ref) // bs) if ours[i * bs:(i + 1) * bs] != ref[i * bs:(i + 1) * bs]]
-    assert not bad, f"{tname}: {len(bad)} blocks differ from llama-quantize's, first {bad[:8]} " \
-                    f"(row = block // {COLS // 32}, importance kind = block % 8)"
+    bad = differing_blocks(ours, ref, bs)
+    assert not bad, f"{fixture}: {len(bad)} of {len(ref) // bs} blocks differ from llama-quantize's, " \
+                    f"first {bad[:8]} ({where})"
+
+
+@pytest.mark.parametrize("tname", sorted(TYPES))
+def test_blocks_match_llama_quantize(tname, tmp_path):
+    check_fixture(tname, f"{tname.lower()}.bin", TYPES[tname], 32, importances(), tmp_path,
+                  f"row = block // {COLS // 32}, importance kind = block % 8")
 
 
 @pytest.mark.parametrize("tname", sorted(TYPES))
@@ -136,25 +147,13 @@ def test_importances_change_the_blocks(tname, tmp_path):
     assert differ > len(ref) // bs // 2, differ
 
 
-def differing_blocks(a, b, bs):
-    return [i for i in range(len(b) // bs) if a[i * bs:(i + 1) * bs] != b[i * bs:(i + 1) * bs]]
-
-
 @pytest.mark.parametrize("suffix", sorted(K_SETS))
 @pytest.mark.parametrize("tname", sorted(K_TYPES))
 def test_kquant_blocks_match_llama_quantize(tname, suffix, tmp_path):
     """llama-quantize's imatrix Q4_K / Q5_K / Q6_K blocks (quantize_row_q4_K_impl and siblings),
     from a Q4_K_M / Q5_K_M run (README), against rawloop's rl_quant_row_w."""
-    rows, w = make_rows(), K_SETS[suffix]()
-    ref = (DATA / f"{tname.lower()}{suffix}.bin").read_bytes()
-    bs = K_TYPES[tname]
-    assert len(ref) == rows.size // 256 * bs
-    (tmp_path / "w.f32").write_bytes(w.tobytes())
-    ours = run_quant_tool("quant", tname, rows.tobytes(), tmp_path, tmp_path / "w.f32")
-    assert len(ours) == len(ref)
-    bad = differing_blocks(ours, ref, bs)
-    assert not bad, f"{tname}{suffix}: {len(bad)} of {len(ref) // bs} super-blocks differ from " \
-                    f"llama-quantize's, first {bad[:8]} (row = block // 3, super-block = block % 3)"
+    check_fixture(tname, f"{tname.lower()}{suffix}.bin", K_TYPES[tname], 256, K_SETS[suffix](), tmp_path,
+                  "row = block // 3, super-block = block % 3")
 
 
 @pytest.mark.parametrize("suffix", sorted(K_SETS))
