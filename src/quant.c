@@ -899,9 +899,13 @@ static void quant_rq2(const float *x, const float *w, uint8_t *b) {
     for (size_t j = 0; j < RL_QK_RQ2; j++) b[j / 4] |= (uint8_t)(bq[j] << (2 * (j % 4)));
 }
 
+/* The types whose weighted quantizer is quant_legacy_w (a whole row at a time). */
+static bool legacy_w(uint32_t type) {
+    return type == RL_Q4_0 || type == RL_Q4_1 || type == RL_Q5_0 || type == RL_Q5_1;
+}
+
 bool rl_quant_uses_weights(uint32_t type) {
-    return type == RL_Q4_K || type == RL_Q5_K || type == RL_Q6_K || type == RL_RQ2 || type == RL_Q4_0 ||
-           type == RL_Q4_1 || type == RL_Q5_0 || type == RL_Q5_1;
+    return type == RL_Q4_K || type == RL_Q5_K || type == RL_Q6_K || type == RL_RQ2 || legacy_w(type);
 }
 
 /* RQ2's weights for the block of n values at offset off, or NULL when they are all equal: a
@@ -923,7 +927,7 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
     uint8_t *b = dst;
     /* llama.cpp's imatrix Q4_0 / Q4_1 / Q5_0 / Q5_1 take the whole row (their error weights use
      * its mean square), so they leave before the per-block loops of the reference quantizers */
-    if (w && (type == RL_Q4_0 || type == RL_Q4_1 || type == RL_Q5_0 || type == RL_Q5_1)) {
+    if (w && legacy_w(type)) {
         quant_legacy_w(type, src, n, w, b);
         return;
     }
