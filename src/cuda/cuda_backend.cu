@@ -46,7 +46,9 @@ struct rl_cuda {
     int *count;       /* [chunk][n_head] attention split tickets */
     void *mvs;        /* the chunk matvecs' scratch (rl_mv_scratch_bytes) */
     size_t chunk_max; /* tokens per exact launch at most: 16, or -b's 1/4/8 */
-    cudaGraphExec_t cgraph[3]; /* exact chunks of 4, 8, 16 tokens, captured at first use */
+    /* exact chunks of 4, 8, 16 tokens, captured at first use: [0] the LM head on the last
+     * token only (a prompt), [1] on every token (all-logits calls) */
+    cudaGraphExec_t cgraph[2][3];
     uint8_t *kc, *vc; /* [n_layer][n_ctx][kv_dim]: f16, or int8 with --kv-type q8 */
     float *kd, *vd;   /* q8: the scales, [n_layer][n_ctx][kv_dim / 32]; else NULL */
     bool kv_q8;
@@ -363,7 +365,8 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
     mv_args1(c, &P->down, &L->wd, c->x, RL_MV_ADD, c->hb, NULL, F, ns, D);
 }
 
-static int enqueue(rl_cuda *c, int ns, rl_err *e) {
+/* One step of ns tokens; the LM head for the last `head` of them (1 or ns). */
+static int enqueue(rl_cuda *c, int ns, int head, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
     int D = (int)cfg->n_embd, V = (int)cfg->n_vocab, rc = 0;
     bool pdl = c->knobs.pdl == 1; /* 2: only the streamed matvec's launches (rl_mvs_launch) */
@@ -405,7 +408,10 @@ static int enqueue(rl_cuda *c, int ns, rl_err *e) {
         mark(c, "down+residual", dmat_bytes(&L->wd));
     }
     rl_mv_args a;
-    mv_args1(c, &a, &c->out, c->logits, RL_MV_STORE, c->x, c->out_norm, D, ns, V);
+    /* a prompt's chunk needs only its last token's logits: that column alone runs the one-token
+     * kernels, which give it the same bits */
+    mv_args1(c, &a, &c->out, c->logits + (size_t)(ns - head) * V, RL_MV_STORE, c->x + (size_t)(ns - head) * D,
+             c->out_norm, D, head, V);
     mv_go(c, &a, &rc);
     mark(c, "norm+lm_head", dmat_bytes(&c->out));
     rl_argmax_launch(c->logits + (size_t)(ns - 1) * V, V, c->amax, pdl, c->st);
@@ -464,10 +470,10 @@ static void persist_trace_write(rl_cuda *c) {
     free(h);
 }
 
-static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, rl_err *e) {
+static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, int head, rl_err *e) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
-    int rc = enqueue(c, ns, e);
+    int rc = enqueue(c, ns, head, e);
     cudaError_t err = cudaStreamEndCapture(c->st, &g);
     if (rc) {
         if (err == cudaSuccess) cudaGraphDestroy(g);
@@ -480,7 +486,7 @@ static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, rl_err *e) {
     return 0;
 }
 
-static int capture1(rl_cuda *c, rl_err *e) { return capture_into(c, &c->graph, 1, e); }
+static int capture1(rl_cuda *c, rl_err *e) { return capture_into(c, &c->graph, 1, 1, e); }
 
 /* With the persistent kernel (if asked for) and PDL first; if the driver refuses programmatic
  * edges or a cooperative launch in a graph, again without PDL, then without the persistent
@@ -513,8 +519,9 @@ static void cuda_free(void *impl) {
     persist_trace_write(c);
     if (c->pk_trace) cudaFree(c->pk_trace);
     if (c->graph) cudaGraphExecDestroy(c->graph);
-    for (cudaGraphExec_t g : c->cgraph)
-        if (g) cudaGraphExecDestroy(g);
+    for (auto &gs : c->cgraph)
+        for (cudaGraphExec_t g : gs)
+            if (g) cudaGraphExecDestroy(g);
     if (c->pgraph) cudaGraphExecDestroy(c->pgraph);
     for (int i = 0; c->pev && i <= c->max_marks; i++)
         if (c->pev[i]) cudaEventDestroy(c->pev[i]);
@@ -585,7 +592,7 @@ static int cuda_profile(void *impl, bool on, rl_err *e) {
             if (!c->pev[i]) CK(cudaEventCreate(&c->pev[i]));
         c->prof_cap = true;
         size_t launches = c->launches, streamed = c->streamed;
-        int rc = capture_into(c, &c->pgraph, 1, e);
+        int rc = capture_into(c, &c->pgraph, 1, 1, e);
         c->prof_cap = false;
         c->launches = launches;
         c->streamed = streamed;
@@ -804,9 +811,10 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
                 gi = i;
                 break;
             }
-        if (gi >= 0 && !c->cgraph[gi]) {
+        const bool all = logits && all_logits;
+        if (gi >= 0 && !c->cgraph[all][gi]) {
             size_t launches = c->launches, streamed = c->streamed; /* the report keeps the one-token count */
-            int rc = capture_into(c, &c->cgraph[gi], (int)ns, e);
+            int rc = capture_into(c, &c->cgraph[all][gi], (int)ns, all ? (int)ns : 1, e);
             c->launches = launches;
             c->streamed = streamed;
             if (rc) return -1;
@@ -815,7 +823,7 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
         h->pos = (int32_t)(pos + s);
         for (size_t i = 0; i < ns; i++) h->toks[i] = tokens[s + i];
         CK(cudaMemcpyAsync(c->io, h, sizeof *h, cudaMemcpyHostToDevice, c->st));
-        CK(cudaGraphLaunch(gi >= 0 ? c->cgraph[gi] : c->prof_on ? c->pgraph : c->graph, c->st));
+        CK(cudaGraphLaunch(gi >= 0 ? c->cgraph[all][gi] : c->prof_on ? c->pgraph : c->graph, c->st));
         if (c->prof_on && prof_collect(c, pos + s, e)) return -1;
         if (logits && (all_logits || s + ns == S)) {
             size_t first = all_logits ? 0 : ns - 1; /* every row, or the last */

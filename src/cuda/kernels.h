@@ -138,7 +138,8 @@ struct rl_cuda_knobs {
     int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 20): wider
                             splits past att_split * att_max_split positions */
     int pdl;             /* programmatic dependent launch (RL_CUDA_PDL; sm_90 only): 0 off, 1 every
-                            launch, 2 (default) the streamed matvec's launches only */
+                            launch, 2 (default) only the launches that copy weights before they
+                            wait (the streamed matvec, the tensor-core chunk) */
     int rope_fold;       /* RoPE + KV write in the QKV epilogue (RL_CUDA_ROPE_FOLD, default 1) */
     int rq2_lut;         /* RQ2 matvec code decoder (RL_CUDA_RQ2_LUT): 0 shifts (default), 1 the
                             256-entry byte -> 4 codes table in shared memory */
@@ -167,9 +168,11 @@ bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 int rl_mvs_warps(const rl_mv_args *a, const rl_cuda_knobs *k);
 int rl_mvs_prepare(void);
 /* The tensor-core exact chunk (mvx.cu): whether it applies to a (ns > 1, Q4_0 / Q8_0, 8-bit
- * activations, the knob on), and its launch after the columns are staged: 1, -1 on error. */
+ * activations, the knob on), and its launches: the columns' staging, in blocks of stage_warps
+ * warps (the one-token kernel's block size, so the norm's sums are the same), then the matvec.
+ * Returns the number of launches, -1 on error. */
 bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
-int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
+int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st);
 /* Raises its kernels' dynamic shared-memory limit (at open); cudaError_t. */
 int rl_mvx_prepare(void);
 /* Dynamic shared memory one matvec block needs for an input of n values (q8: with the 8-bit

@@ -78,24 +78,13 @@ void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols,
     }
 }
 
-/* FRAG: the tensor-core chunk's fragment plane (mvx_frag_store) instead of the staged column,
- * which is then staged in shared memory as the one-token kernel does (rl_mv_smem(n, true)
- * bytes): the same operations, without two trips through global memory. */
-template <int XL, bool Q8, bool FRAG = false>
+template <int XL, bool Q8>
 __global__ void mv_prep_kernel(const rl_mv_args a) {
-    extern __shared__ float xsm[];
     __shared__ double red[32];
     rl_pdl_trigger();
     rl_pdl_wait();
-    const int col = blockIdx.x, n = a.n;
-    float *xs = FRAG ? xsm : (float *)((char *)a.scratch + (size_t)col * col_bytes(n));
-    mv_stage<XL, Q8>(a, a.x + (size_t)col * n, xs, red);
-    if constexpr (FRAG) {
-        const int8_t *xq = (const int8_t *)((const char *)xs + xs_f32_bytes(n));
-        const float *xd = (const float *)(xq + n);
-        mvx_frag_store((uint8_t *)a.scratch + (size_t)a.ns * col_bytes(n), xq, xd, (const int *)(xd + n / 32), n, col,
-                       a.ns);
-    }
+    const int col = blockIdx.x;
+    mv_stage<XL, Q8>(a, a.x + (size_t)col * a.n, (float *)((char *)a.scratch + (size_t)col * col_bytes(a.n)), red);
 }
 
 /* NS columns (an exact chunk of NS tokens; 1 = decoding). NS = 1 stages its input in shared
@@ -261,18 +250,14 @@ int rl_mv_prepare(int max_n) {
                                                            (int)rl_mv_smem(max_n, q));
                     if (err != cudaSuccess) return (int)err;
                 }
-    cudaError_t e = cudaFuncSetAttribute(mv_prep_kernel<0, true, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)rl_mv_smem(max_n, true));
-    if (e != cudaSuccess) return (int)e;
     const int err = rl_mvs_prepare();
     return err ? err : rl_mvx_prepare();
 }
 
 /* The staging kernel of a chunk launch: the 8-bit plane's layout is the matvec's (quant_x8 XL:
  * 0 plain, RQ2's 1 rotated for the table decoder, 2 rotated and transposed for shifts). */
-static mv_fn prep_kernel_for(uint32_t type, bool q8, bool lut, bool frag) {
+static mv_fn prep_kernel_for(uint32_t type, bool q8, bool lut) {
     if (!q8) return mv_prep_kernel<0, false>;
-    if (frag) return mv_prep_kernel<0, true, true>;
     if (type != RL_RQ2) return mv_prep_kernel<0, true>;
     return lut ? mv_prep_kernel<1, true> : mv_prep_kernel<2, true>;
 }
@@ -316,12 +301,10 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
         rl_mv_args one = *a;
         one.ns = 1;
         const int sw = rl_mvs_warps(&one, k);
-        const bool mvx = rl_mvx_applies(a, k);
-        if (rl_launch(prep_kernel_for(type, q8, lut, mvx), dim3(ns), dim3((sw ? sw : warps) * 32),
-                      mvx ? rl_mv_smem(a->n, true) : 0, st, k->pdl == 1, *a))
+        if (rl_mvx_applies(a, k)) return rl_mvx_launch(a, k, n_sm, sw ? sw : warps, st);
+        if (rl_launch(prep_kernel_for(type, q8, lut), dim3(ns), dim3((sw ? sw : warps) * 32), 0, st, k->pdl == 1, *a))
             return -1;
         launches = 2;
-        if (mvx) return rl_mvx_launch(a, k, n_sm, st) < 0 ? -1 : launches;
         if (warps > 8) warps = 8;
     }
     size_t smem = ns == 1 ? rl_mv_smem(a->n, q8) : 0;

@@ -457,12 +457,41 @@ __device__ __forceinline__ void rq2_f32(const raw_chunk<RL_RQ2> *r, const float 
     }
 }
 
-/* Rounds the staged input (xs, padded fp32) to rl_q8a planes with rl_q8a_quant_row_ref's
- * operations (IEEE division, round-half-even). Four adjacent lanes per 32-value chunk, two of
- * its eight int8 words each: the chunk's amax and integer sum meet in two shuffles (max and
- * integer adds are exact in any order, so the planes are those of one thread per chunk, which
- * left three quarters of the block idle while every other warp waited at the barrier). XL: the
- * int8 plane's layout: 0 plain; RQ2's: 1 pieces rotated (rq2_slot), 2 rotated and, within each
+/* One quarter of a 32-value chunk's rounding to int8 with rl_q8a_quant_row_ref's operations
+ * (IEEE division, round-half-even): e holds values 8k .. 8k + 7 of the chunk (int8 words 2k,
+ * 2k + 1 into w2), four adjacent lanes per chunk, k = lane % 4. The chunk's amax and integer
+ * sum meet in two shuffles each (max and integer adds are exact in any order), so every lane of
+ * the warp must call it. Returns the chunk's scale d. */
+__device__ __forceinline__ float i8_quarter(const float *e, uint32_t *w2, int *sum) {
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(e[j]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    float id;
+    const float d = i8_scale(amax, &id);
+    int s = 0;
+#pragma unroll
+    for (int w = 0; w < 2; w++) {
+        uint32_t u = 0;
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            int q = i8_round(e[4 * w + b], id);
+            s += q;
+            u |= (uint32_t)(q & 0xff) << (8 * b);
+        }
+        w2[w] = u;
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    *sum = s;
+    return d;
+}
+
+/* Rounds the staged input (xs, padded fp32) to rl_q8a planes (i8_quarter: four adjacent lanes
+ * per 32-value chunk, two of its eight int8 words each; one thread per chunk had left three
+ * quarters of the block idle while every other warp waited at the barrier). XL: the int8
+ * plane's layout: 0 plain; RQ2's: 1 pieces rotated (rq2_slot), 2 rotated and, within each
  * 16-value piece, transposed for the shift decoder (word k byte i = value 4i + k). */
 template <int XL>
 __device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsum) {
@@ -479,28 +508,9 @@ __device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsu
                 const int k = k0 + w;
                 e[4 * w + b] = v[XL == 2 ? 16 * (k / 4) + 4 * b + k % 4 : 4 * k + b];
             }
-        float amax = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(e[j]));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-        float id;
-        const float d = i8_scale(amax, &id);
-        int sum = 0;
         uint32_t w2[2];
-#pragma unroll
-        for (int w = 0; w < 2; w++) {
-            uint32_t u = 0;
-#pragma unroll
-            for (int b = 0; b < 4; b++) {
-                int q = i8_round(e[4 * w + b], id);
-                sum += q;
-                u |= (uint32_t)(q & 0xff) << (8 * b);
-            }
-            w2[w] = u;
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        int sum;
+        const float d = i8_quarter(e, w2, &sum);
         if (!on) continue;
         /* words k0, k0 + 1 lie in the same 16-value half: one 8-byte store */
         const int half = k0 / 4, o = XL ? rq2_slot(c / 2, 2 * (c % 2) + half) : c * 32 + 16 * half;
@@ -568,31 +578,11 @@ __host__ __device__ inline size_t col_bytes(int n) { return (stage_bytes(n, true
  * 32-value chunk c, MVX_FRAG bytes at frag + c * MVX_FRAG: first 32 lanes x 16 bytes, lane
  * (g, t) = 4g + t holding the MMA B words of columns g and g + 8 (int8 words t and 4 + t of
  * each), then 4 x 32 bytes, group t holding d_x of columns 2t, 2t + 1, 2t + 8, 2t + 9 and then
- * their integer sums: one 16-byte load per lane for the B operands of both 8-column tiles and
- * two for its epilogue. Columns past ns are zero. The plane follows the ns staged columns in the
- * chunk's scratch (rl_mv_scratch_bytes). */
+ * their integer terms (mvx_stage_kernel): one 16-byte load per lane for the B operands of both
+ * 8-column tiles and two for its epilogue. Columns past ns are zero. The plane follows the ns
+ * staged columns in the chunk's scratch (rl_mv_scratch_bytes). */
 #define MVX_FRAG 640
 __host__ __device__ inline size_t mvx_frag_bytes(int n) { return (size_t)(n / 32) * MVX_FRAG; }
-
-/* Writes staged column col (its int8 plane, d and sums, as mv_stage left them) into the
- * fragment plane, and zeros for the columns col + ns, col + 2 ns, ... below 16. */
-__device__ __forceinline__ void mvx_frag_store(uint8_t *frag, const int8_t *xq, const float *xd, const int *xsum, int n,
-                                               int col, int ns) {
-    const int nch = n / 32;
-    for (int cc = col; cc < 16; cc += ns) {
-        const bool z = cc != col;
-        const int hi = cc >= 8, g = cc % 8, t = g / 2, e = cc % 2 + 2 * hi;
-        for (int i = threadIdx.x; i < nch * 8; i += blockDim.x) { /* word j of chunk c */
-            const int c = i / 8, j = i % 8;
-            uint8_t *f = frag + (size_t)c * MVX_FRAG;
-            *(uint32_t *)(f + (4 * g + j % 4) * 16 + (2 * hi + j / 4) * 4) = z ? 0u : ((const uint32_t *)xq)[i];
-            if (j == 0) {
-                *(float *)(f + 512 + 32 * t + 4 * e) = z ? 0.0f : xd[c];
-                *(int *)(f + 512 + 32 * t + 16 + 4 * e) = z ? 0 : xsum[c];
-            }
-        }
-    }
-}
 
 /* The prologue's loops over the input load B values per thread before using any: a plain
  * strided loop waits out one load's latency per iteration (at n = 11008 and 512 threads that

@@ -26,9 +26,10 @@
  * puts 8 rows, 8 lines, in every warp load, and the B words and scales of 8 columns as many.
  * So the weights of a round (16 rows x 32 chunks, each row's bytes contiguous) are copied by
  * the whole block with 16-byte cp.async into a ring of MVX_DEPTH shared-memory stages (rows
- * padded by 16 bytes: a warp's A words then hit 32 distinct banks), and the activations come
- * in the fragment order mv_prep_kernel lays out for it (mvx_frag_store): three 16-byte loads
- * per lane and chunk, all within a line or four. */
+ * padded by 16 bytes: a warp's A words then hit 32 distinct banks), each thread's share by a
+ * copy cursor (mvx_cursor), the first stages before the PDL wait; and the activations come in
+ * the fragment order the chunk's staging kernel (mvx_stage_kernel) writes them in: three
+ * 16-byte loads per lane and chunk, all within a line or four. */
 #include "mv.cuh"
 
 #define MVX_WARPS 8
@@ -87,29 +88,110 @@ __device__ __forceinline__ const rl_dmat &mvx_row(const rl_mv_args &a, int si, i
     return m;
 }
 
-/* Issues the cp.async copies of round `round` of tile `tile` into stage st: each of the 16 rows'
- * codes of chunks 32 round .. + 31 and their scales (pieces past the row's end zero-filled). */
-template <int T, bool GLU>
-__device__ __forceinline__ void mvx_issue(const rl_mv_args &a, int tile, int round, uint32_t st, int nch) {
-    constexpr int QB = mvx_tr<T>::QB, PPR = 2 * QB; /* 16-byte code pieces per row and round */
-    int si, r0;
-    mvx_tile<GLU>(a, tile, &si, &r0);
-    const int c0 = 32 * round;
-    for (int p = threadIdx.x; p < 16 * PPR; p += blockDim.x) {
-        const int i = p / PPR, k = p % PPR, c = c0 + k * 16 / QB;
-        int r;
-        const rl_dmat &m = mvx_row<GLU>(a, si, r0, i, &r);
-        const uint32_t dst = st + i * mvx_tr<T>::AROW + 16 * k;
-        if (c < nch) cp16(dst, qrow(m, r) + (size_t)c0 * QB + 16 * k);
+/* The chunk's staging for the tensor-core kernel: column blockIdx.x of the input, RMS-normalised
+ * and rounded to int8 exactly as the one-token kernel's prologue does it (mv_stage, quant_x8),
+ * written straight into the fragment plane. The norm's sum of squares is mv_norm_scale's over
+ * the whole column in blocks of the one-token kernel's size, so r has its bits; after that
+ * every 32-value chunk is on its own, so the chunks are split over gridDim.y blocks per column,
+ * a quarter chunk per thread: 8 values, their staged floats w * (x * r) (mv_stage's), rounded
+ * by i8_quarter. Each chunk's integer term is stored ready for mvx_i2f: MVX_MAGIC less, for
+ * Q4_0, 8 times the sum (the -8 of its unsigned nibbles). */
+__global__ void mvx_stage_kernel(const rl_mv_args a) {
+    __shared__ double red[32];
+    rl_pdl_trigger();
+    const int col = blockIdx.x, n = a.n, nch = n / 32, ns = a.ns;
+    const int c = blockIdx.y * (blockDim.x / 4) + threadIdx.x / 4, k = threadIdx.x % 4; /* the launch covers nch */
+    const bool on = c < nch;
+    const float *w = a.norm_w;
+    /* the norm weights are weights: loaded before waiting for the kernel that wrote x */
+    float g[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) g[j] = w && on ? w[32 * c + 8 * k + j] : 0.0f;
+    rl_pdl_wait();
+    const float *x = a.x + (size_t)col * n;
+    const float r = w ? mv_norm_scale<8, false>(a, x, red) : 1.0f;
+    float e[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (on) {
+        const float4 *xv = (const float4 *)(x + 32 * c + 8 * k);
+        const float4 v0 = xv[0], v1 = xv[1];
+        const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) e[j] = w ? __fmul_rn(g[j], __fmul_rn(v[j], r)) : v[j];
     }
-    if (threadIdx.x < 64) { /* scales: 4 pieces of 8 fp16 per row */
-        const int i = threadIdx.x / 4, k = threadIdx.x % 4, c = c0 + 8 * k;
-        int r;
-        const rl_dmat &m = mvx_row<GLU>(a, si, r0, i, &r);
-        const int left = c < nch ? 2 * (nch - c) : 0;
-        cp16z(st + 16 * mvx_tr<T>::AROW + i * 80 + 16 * k, srow(m, r) + (size_t)(c < nch ? c : 0) * 2, left < 16 ? left : 16);
+    uint32_t w2[2];
+    int sum;
+    const float d = i8_quarter(e, w2, &sum); /* every lane of the warp */
+    if (!on) return;
+    uint8_t *f = (uint8_t *)a.scratch + (size_t)ns * col_bytes(n) + (size_t)c * MVX_FRAG;
+    const int k8 = a.seg[0].w.type == RL_Q4_0 ? 8 : 0;
+    for (int cc = col; cc < 16; cc += ns) { /* this column, then the zero columns col + ns, ... below 16 */
+        const bool z = cc != col;
+        const int hi = cc >= 8, gi = cc % 8, t = gi / 2, slot = cc % 2 + 2 * hi;
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* int8 word j = 2k + h */
+            const int j = 2 * k + h;
+            *(uint32_t *)(f + (4 * gi + j % 4) * 16 + (2 * hi + j / 4) * 4) = z ? 0u : w2[h];
+        }
+        if (k == 0) {
+            *(float *)(f + 512 + 32 * t + 4 * slot) = z ? 0.0f : d;
+            *(int *)(f + 512 + 32 * t + 16 + 4 * slot) = z ? MVX_MAGIC : MVX_MAGIC - k8 * sum;
+        }
     }
 }
+
+/* The copy cursor of one thread: the cp.async copies of this block's stages, one round (16 rows x
+ * 32 chunks, codes and scales) per stage, tile after tile. Thread x copies the code pieces
+ * x, x + 256, ... of a round (piece p: row p / PPR, 16 bytes at 16 (p % PPR) of the row's round)
+ * and, x < 64, the scale piece of row x / 4, chunks 8 (x % 4) .. + 7. Its source pointers are
+ * set once per tile (seek) and advanced by additions per round: working the addresses out per
+ * round, with the tile and round from divisions by R, had been ~140 of the loop's ~590
+ * warp-instructions per round (sm_90a SASS). */
+template <int T, bool GLU> struct mvx_cursor {
+    static constexpr int QB = mvx_tr<T>::QB, PPR = 2 * QB, PPT = 16 * PPR / (MVX_WARPS * 32);
+    const uint8_t *q[PPT], *s; /* this thread's next source bytes */
+    int lt, round;             /* local tile (the block's lt-th) and round of the next stage */
+
+    __device__ __forceinline__ void seek(const rl_mv_args &a) {
+        int si, r0, r;
+        mvx_tile<GLU>(a, blockIdx.x + lt * gridDim.x, &si, &r0);
+#pragma unroll
+        for (int j = 0; j < PPT; j++) {
+            const int p = threadIdx.x + MVX_WARPS * 32 * j;
+            const rl_dmat &m = mvx_row<GLU>(a, si, r0, p / PPR, &r);
+            q[j] = qrow(m, r) + 16 * (p % PPR);
+        }
+        const rl_dmat &m = mvx_row<GLU>(a, si, r0, (threadIdx.x / 4) & 15, &r);
+        s = srow(m, r) + 16 * (threadIdx.x % 4);
+    }
+
+    __device__ __forceinline__ void init(const rl_mv_args &a) {
+        lt = round = 0;
+        seek(a);
+    }
+
+    /* the next stage into st, if the block has one left (my_tiles tiles of R rounds) */
+    __device__ __forceinline__ void issue(const rl_mv_args &a, uint32_t st, int my_tiles, int R, int nch) {
+        if (lt >= my_tiles) return;
+        const int c0 = 32 * round;
+#pragma unroll
+        for (int j = 0; j < PPT; j++) {
+            const int p = threadIdx.x + MVX_WARPS * 32 * j, k = p % PPR;
+            if (c0 + k * 16 / QB < nch) cp16(st + (p / PPR) * mvx_tr<T>::AROW + 16 * k, q[j]);
+            q[j] += 32 * QB;
+        }
+        if (threadIdx.x < 64) { /* pieces past the row's end are zero-filled */
+            const int c = c0 + 8 * (threadIdx.x % 4), left = c < nch ? 2 * (nch - c) : 0;
+            const uint8_t *row = s - 64 * round - 16 * (threadIdx.x % 4); /* copies nothing: any address in the row */
+            cp16z(st + 16 * mvx_tr<T>::AROW + (threadIdx.x / 4) * 80 + 16 * (threadIdx.x % 4), left ? s : row,
+                  left < 16 ? left : 16);
+            s += 64;
+        }
+        if (++round == R) {
+            round = 0;
+            if (++lt < my_tiles) seek(a);
+        }
+    }
+};
 
 template <int T, bool GLU, int NS>
 __global__ void __launch_bounds__(MVX_WARPS * 32, 2) mvx_kernel(const rl_mv_args a) {
@@ -119,79 +201,80 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 2) mvx_kernel(const rl_mv_args
     __shared__ float part[32][16][NS + 1];          /* [residue][tile row][column] */
     __shared__ float fin[16][NS + 1];
     rl_pdl_trigger();
-    rl_pdl_wait();
     const int n = a.n, nch = n / 32, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const uint8_t *frag = (const uint8_t *)a.scratch + (size_t)a.ns * col_bytes(n);
-    const int pos = a.io ? a.io->pos : 0, tiles = mvx_tiles(a, GLU), R = (nch + 31) / 32;
-    /* this block's rounds, tile after tile, as one sequence of stages */
-    const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0, total = my_tiles * R;
+    const int tiles = mvx_tiles(a, GLU), R = (nch + 31) / 32;
+    /* this block's tiles; their rounds are one sequence of stages */
+    const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
     const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
+    mvx_cursor<T, GLU> cur;
+    cur.init(a);
+    /* the first stages are weights only: in flight before waiting for the staging kernel */
     for (int s = 0; s < MVX_DEPTH - 1; s++) {
-        if (s < total) mvx_issue<T, GLU>(a, blockIdx.x + (s / R) * gridDim.x, s % R, ring0 + s * mvx_tr<T>::STAGE, nch);
+        cur.issue(a, ring0 + s * mvx_tr<T>::STAGE, my_tiles, R, nch);
         cp_commit();
     }
+    rl_pdl_wait();
+    const int pos = a.io ? a.io->pos : 0;
     float acc[MVX_SLOTS][NT][4];
-    for (int s = 0; s < total; s++) {
-        cp_wait<MVX_DEPTH - 2>();
-        __syncthreads(); /* stage s is in; every warp is done with stage s - 1, which is refilled next */
-        const int sn = s + MVX_DEPTH - 1;
-        if (sn < total) mvx_issue<T, GLU>(a, blockIdx.x + (sn / R) * gridDim.x, sn % R, ring0 + (sn % MVX_DEPTH) * mvx_tr<T>::STAGE, nch);
-        cp_commit();
-        const int round = s % R, tile = blockIdx.x + (s / R) * gridDim.x;
-        if (round == 0)
+    /* stage s of the ring is round `round` of the block's lt-th tile: s = lt R + round */
+    for (int lt = 0, s = 0; lt < my_tiles; lt++) {
+        const int tile = blockIdx.x + lt * gridDim.x;
 #pragma unroll
-            for (int k = 0; k < MVX_SLOTS; k++)
+        for (int k = 0; k < MVX_SLOTS; k++)
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) acc[k][nt][e] = 0.0f;
-        const uint8_t *stg = ring + (s % MVX_DEPTH) * mvx_tr<T>::STAGE;
+                for (int e = 0; e < 4; e++) acc[k][nt][e] = 0.0f;
+        for (int round = 0; round < R; round++, s++) {
+            cp_wait<MVX_DEPTH - 2>();
+            __syncthreads(); /* stage s is in; every warp is done with stage s - 1, which is refilled next */
+            cur.issue(a, ring0 + ((s + MVX_DEPTH - 1) % MVX_DEPTH) * mvx_tr<T>::STAGE, my_tiles, R, nch);
+            cp_commit();
+            const uint8_t *stg = ring + (s % MVX_DEPTH) * mvx_tr<T>::STAGE;
 #pragma unroll
-        for (int k = 0; k < MVX_SLOTS; k++) {
-            const int cc = warp + MVX_WARPS * k, c = 32 * round + cc; /* residue slot k */
-            const bool on = c < nch;
-            const uint8_t *f = frag + (size_t)(on ? c : 0) * MVX_FRAG;
-            const uint4 bw = *(const uint4 *)(f + 16 * lane);
-            const float4 dx4 = *(const float4 *)(f + 512 + 32 * t);
-            const int4 xs4 = *(const int4 *)(f + 512 + 32 * t + 16);
-            const float dx[4] = {dx4.x, dx4.y, dx4.z, dx4.w};
-            int kb[4] = {MVX_MAGIC, MVX_MAGIC, MVX_MAGIC, MVX_MAGIC}; /* less Q4_0's 8 * sum(x) */
-            if constexpr (T == RL_Q4_0) {
-                kb[0] -= 8 * xs4.x; kb[1] -= 8 * xs4.y; kb[2] -= 8 * xs4.z; kb[3] -= 8 * xs4.w;
-            }
-            const uint32_t *qa = (const uint32_t *)(stg + g * AROW + cc * QB), *qb = (const uint32_t *)(stg + (g + 8) * AROW + cc * QB);
-            uint32_t aw[4];
-            if constexpr (T == RL_Q4_0) {
-                const uint32_t wa = qa[t], wb = qb[t];
-                aw[0] = wa & 0x0F0F0F0Fu;
-                aw[1] = wb & 0x0F0F0F0Fu;
-                aw[2] = (wa >> 4) & 0x0F0F0F0Fu;
-                aw[3] = (wb >> 4) & 0x0F0F0F0Fu;
-            } else {
-                aw[0] = qa[t];
-                aw[1] = qb[t];
-                aw[2] = qa[4 + t];
-                aw[3] = qb[4 + t];
-            }
-            const uint16_t *sc = (const uint16_t *)(stg + 16 * AROW);
-            const float dw[2] = {h2f(sc[g * 40 + cc]), h2f(sc[(g + 8) * 40 + cc])};
+            for (int k = 0; k < MVX_SLOTS; k++) {
+                const int cc = warp + MVX_WARPS * k, c = 32 * round + cc; /* residue slot k */
+                const bool on = c < nch;
+                const uint8_t *f = frag + (size_t)(on ? c : 0) * MVX_FRAG;
+                const uint4 bw = *(const uint4 *)(f + 16 * lane);
+                const float4 dx4 = *(const float4 *)(f + 512 + 32 * t);
+                const int4 kb4 = *(const int4 *)(f + 512 + 32 * t + 16); /* MVX_MAGIC less Q4_0's 8 sum(x) */
+                const float dx[4] = {dx4.x, dx4.y, dx4.z, dx4.w};
+                const int kb[4] = {kb4.x, kb4.y, kb4.z, kb4.w};
+                const uint32_t *qa = (const uint32_t *)(stg + g * AROW + cc * QB), *qb = (const uint32_t *)(stg + (g + 8) * AROW + cc * QB);
+                uint32_t aw[4];
+                if constexpr (T == RL_Q4_0) {
+                    const uint32_t wa = qa[t], wb = qb[t];
+                    aw[0] = wa & 0x0F0F0F0Fu;
+                    aw[1] = wb & 0x0F0F0F0Fu;
+                    aw[2] = (wa >> 4) & 0x0F0F0F0Fu;
+                    aw[3] = (wb >> 4) & 0x0F0F0F0Fu;
+                } else {
+                    aw[0] = qa[t];
+                    aw[1] = qb[t];
+                    aw[2] = qa[4 + t];
+                    aw[3] = qb[4 + t];
+                }
+                const uint16_t *sc = (const uint16_t *)(stg + 16 * AROW);
+                const float dw[2] = {h2f(sc[g * 40 + cc]), h2f(sc[(g + 8) * 40 + cc])};
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                int d[4];
-                mma_s8(d, aw, nt ? bw.z : bw.x, nt ? bw.w : bw.y);
+                for (int nt = 0; nt < NT; nt++) {
+                    int d[4];
+                    mma_s8(d, aw, nt ? bw.z : bw.x, nt ? bw.w : bw.y);
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    /* dot_q8's term, both products rounded; a chunk past the end adds nothing
-                     * (not even +0, which would turn a -0 sum into +0) */
-                    const int j = (e & 1) + 2 * nt; /* D column 2t + (e & 1) + 8 nt */
-                    const float term = __fmul_rn(__fmul_rn(dw[e >> 1], dx[j]), mvx_i2f(d[e] + kb[j]));
-                    acc[k][nt][e] = on ? acc[k][nt][e] + term : acc[k][nt][e];
+                    for (int e = 0; e < 4; e++) {
+                        /* dot_q8's term, both products rounded; a chunk past the end adds nothing
+                         * (not even +0, which would turn a -0 sum into +0) */
+                        const int j = (e & 1) + 2 * nt; /* D column 2t + (e & 1) + 8 nt */
+                        const float term = __fmul_rn(__fmul_rn(dw[e >> 1], dx[j]), mvx_i2f(d[e] + kb[j]));
+                        acc[k][nt][e] = on ? acc[k][nt][e] + term : acc[k][nt][e];
+                    }
                 }
             }
         }
-        if (round != R - 1) continue;
-        /* the tile's last round: residue sums -> the butterfly's tree -> the epilogue. The stage
-         * barriers of later rounds keep part and fin from being rewritten while read. */
+        /* the tile's residue sums -> the butterfly's tree -> the epilogue. The stage barriers of
+         * later rounds keep part and fin from being rewritten while read. */
 #pragma unroll
         for (int k = 0; k < MVX_SLOTS; k++)
 #pragma unroll
@@ -265,14 +348,21 @@ bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     return true;
 }
 
-int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
+int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st) {
     const bool glu = a->mode == RL_MV_GLU;
     const uint32_t type = a->seg[0].w.type;
     if (a->ns != 4 && a->ns != 8 && a->ns != 16) return -1;
+    const int per = stage_warps * 8, slices = (a->n / 32 + per - 1) / per; /* a quarter chunk per thread */
+    /* PDL on the staging launch (knob 1; with 2, the default, for blocks of at most 8 warps):
+     * measured +4.5% / +7.5% at S=16 on TinyLlama Q4_0 / Q8_0 (8-warp staging blocks) but -1.2
+     * to -1.7% on 7B / 8B (16-warp blocks) (docs/PERF.md v2.12) */
+    const bool spdl = k->pdl == 1 || (k->pdl == 2 && stage_warps <= 8);
+    if (rl_launch(mvx_stage_kernel, dim3(a->ns, slices), dim3(stage_warps * 32), 0, st, spdl, *a)) return -1;
     mvx_fn f = type == RL_Q4_0 ? mvx_pick<RL_Q4_0>(glu, a->ns) : mvx_pick<RL_Q8_0>(glu, a->ns);
     const size_t smem = mvx_smem(type);
     int occ = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, MVX_WARPS * 32, smem) != cudaSuccess || occ < 1) occ = 1;
     const int tiles = mvx_tiles(*a, glu), cap = occ * n_sm, blocks = tiles < cap ? tiles : cap;
-    return rl_launch(f, dim3(blocks), dim3(MVX_WARPS * 32), smem, st, k->pdl == 1, *a) ? -1 : 1;
+    /* PDL (knob 1 or 2): the first rounds' weights are copied while the staging runs */
+    return rl_launch(f, dim3(blocks), dim3(MVX_WARPS * 32), smem, st, k->pdl != 0, *a) ? -1 : 2;
 }
