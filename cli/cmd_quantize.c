@@ -27,7 +27,7 @@
 static void usage(FILE *out) {
     fprintf(out,
         "usage: rawloop quantize [--help] IN OUT (--type T | --recipe FILE) [-t N] [--pure] [--slice-kb N]\n"
-        "       [--calib TEXT [--calib-chunks N]]\n"
+        "       [--calib TEXT [--calib-chunks N] [--calib-out FILE]]\n"
         "Writes IN's model to OUT (GGUF) with its matrices in type T or in the types a recipe\n"
         "file gives (1-D tensors stay F32).\n"
         "IN is either a GGUF whose matrices are F32, F16 or BF16 (a matrix already in the type\n"
@@ -74,6 +74,11 @@ static void usage(FILE *out) {
         "             weights (noted); Q4_0 / Q5_0 also put ffn_down of the first eighth of the\n"
         "             layers in Q4_1 / Q5_1, as llama.cpp does with an imatrix\n"
         "  --calib-chunks N  use the first N chunks of TEXT (default 8)\n"
+        "  --calib-out FILE  also write the importances each weighted matrix gets as a\n"
+        "             llama.cpp imatrix file (legacy format, ncall 1), so that\n"
+        "             llama-quantize --imatrix FILE weights the same matrices with the same\n"
+        "             numbers (the blocks then match for Q4_0 / Q5_0 / Q4_1 / Q5_1 / Q4_K /\n"
+        "             Q5_K / Q6_K: docs/FORMATS.md)\n"
         "  --pure     every matrix in the base type (no head rule, _M/_S bumps or --calib\n"
         "             ffn_down rule; RQ2's token_embd too)\n"
         "  -t N       threads (default: all CPUs)\n"
@@ -326,15 +331,16 @@ static const float *calib_weights(const calib *cb, const char *name, size_t cols
     return cb->imp[mat];
 }
 
-/* Testing aid (RAWLOOP_CALIB_IMATRIX=FILE): writes the importances every weighted tensor gets
- * as a llama.cpp legacy imatrix (int32 entry count; per entry int32 name length, name, int32
- * ncall, int32 count, float values; llama-quantize divides by ncall, here 1, so it reads back
- * these exact floats). Only tensors whose type uses them are written, so that llama-quantize
- * weights the same tensors rawloop does; docs/FORMATS.md (rule 4) compares the two files. */
+/* --calib-out FILE: writes the importances every weighted tensor gets as a llama.cpp legacy
+ * imatrix (int32 entry count; per entry int32 name length, name, int32 ncall, int32 count,
+ * float values; llama-quantize divides by ncall, here 1, so it reads back these exact floats).
+ * Only tensors whose type uses them are written, so that llama-quantize weights the same
+ * tensors rawloop does; docs/FORMATS.md (rule 4) compares the two files. A file that could not
+ * be written whole is removed. */
 static int calib_save_imatrix(const calib *cb, const src_tensor *src, const uint32_t *types,
                               size_t n_src, const char *path, rl_err *e) {
     FILE *f = fopen(path, "wb");
-    if (!f) return rl_fail(e, "RAWLOOP_CALIB_IMATRIX: cannot create %s: %s", path, strerror(errno));
+    if (!f) return rl_fail(e, "--calib-out: cannot create %s: %s", path, strerror(errno));
     int32_t n = 0;
     bool ok = fwrite(&n, sizeof n, 1, f) == 1;
     for (size_t i = 0; i < n_src && ok; i++) {
@@ -347,7 +353,10 @@ static int calib_save_imatrix(const calib *cb, const src_tensor *src, const uint
         n++;
     }
     ok = ok && fseek(f, 0, SEEK_SET) == 0 && fwrite(&n, sizeof n, 1, f) == 1;
-    if (fclose(f) != 0 || !ok) return rl_fail(e, "RAWLOOP_CALIB_IMATRIX: cannot write %s", path);
+    if (fclose(f) != 0 || !ok) {
+        remove(path);
+        return rl_fail(e, "--calib-out: cannot write %s", path);
+    }
     return 0;
 }
 
@@ -362,9 +371,9 @@ int cmd_quantize(int argc, char **argv) {
     static const struct option opts[] = {{"type", 1, 0, 'T'}, {"threads", 1, 0, 't'},
                                          {"pure", 0, 0, 'P'}, {"recipe", 1, 0, 'R'},
                                          {"slice-kb", 1, 0, 'S'}, {"calib", 1, 0, 'C'},
-                                         {"calib-chunks", 1, 0, 'N'},
+                                         {"calib-chunks", 1, 0, 'N'}, {"calib-out", 1, 0, 'I'},
                                          {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *type_name = NULL, *recipe_path = NULL, *calib_path = NULL;
+    const char *type_name = NULL, *recipe_path = NULL, *calib_path = NULL, *calib_out = NULL;
     long threads = 0, slice_kb = 256 * 1024, calib_chunks = -1;
     bool pure = false;
     int c;
@@ -378,6 +387,7 @@ int cmd_quantize(int argc, char **argv) {
         case 'S': if (cli_parse_long("--slice-kb", optarg, 1, 1L << 30, &slice_kb)) return 2; break;
         case 'C': calib_path = optarg; break;
         case 'N': if (cli_parse_long("--calib-chunks", optarg, 1, 1L << 30, &calib_chunks)) return 2; break;
+        case 'I': calib_out = optarg; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -392,12 +402,16 @@ int cmd_quantize(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (calib_chunks > 0 && !calib_path) {
-        fprintf(stderr, "rawloop quantize: --calib-chunks needs --calib\n");
+    if ((calib_chunks > 0 || calib_out) && !calib_path) {
+        fprintf(stderr, "rawloop quantize: %s needs --calib\n", calib_out ? "--calib-out" : "--calib-chunks");
         usage(stderr);
         return 2;
     }
     const char *inp = argv[optind], *outp = argv[optind + 1];
+    if (calib_out && (!strcmp(calib_out, inp) || !strcmp(calib_out, outp) || same_file(calib_out, inp))) {
+        fprintf(stderr, "rawloop quantize: --calib-out names IN or OUT (%s)\n", calib_out);
+        return 2;
+    }
     g_slice_bytes = (size_t)slice_kb << 10;
     const rl_ftype *ft = type_name ? rl_ftype_find(type_name) : NULL;
     if (type_name && !ft) {
@@ -512,8 +526,11 @@ int cmd_quantize(int argc, char **argv) {
                         "search: Q8_0, FP8, floats) ignore them\n",
                 calib_n, calib_n == 1 ? "" : "s", CALIB_CTX, calib_path, cli_now() - tc,
                 n_weighted, n_weighted == 1 ? "x" : "ces", n_unweighted);
-        const char *save = getenv("RAWLOOP_CALIB_IMATRIX");
-        if (save && *save && calib_save_imatrix(&cb, src, types, n_src, save, &e) < 0) goto fail;
+        if (calib_out) {
+            if (calib_save_imatrix(&cb, src, types, n_src, calib_out, &e) < 0) goto fail;
+            fprintf(stderr, "rawloop quantize: --calib-out: wrote the importances of %zu matri%s to %s\n",
+                    n_weighted, n_weighted == 1 ? "x" : "ces", calib_out);
+        }
     }
     buf = malloc(max_out ? max_out : 1);
     scratch = malloc((max_cols ? max_cols : 1) * nth * sizeof(float));

@@ -99,9 +99,12 @@ def test_calib_reference_and_legacy_types(f16, tmp_path):
     assert re.search(r"0 matrices use them, 57 \(types without a weighted search", err), err
     assert a.read_bytes() == b.read_bytes()
     run_rawloop("quantize", f16, a, "--type", "Q4_0")
+    imx = tmp_path / "imatrix.dat"
     err = run_rawloop("quantize", f16, b, "--type", "Q4_0", "--calib", CALIB,
-                      "--calib-chunks", 1).stderr.decode()
+                      "--calib-chunks", 1, "--calib-out", imx).stderr.decode()
     assert re.search(r"56 matrices use them, 1 \(types without a weighted search", err), err
+    assert f"wrote the importances of 56 matrices to {imx}" in err, err
+    check_imatrix(imx, b)
     ta = {t.name: t for t in GGUFReader(str(a)).tensors}
     tb = {t.name: t for t in GGUFReader(str(b)).tensors}
     moved = sorted(n for n in ta if ta[n].tensor_type != tb[n].tensor_type)
@@ -110,6 +113,42 @@ def test_calib_reference_and_legacy_types(f16, tmp_path):
     same = sorted(n for n in ta if bytes(ta[n].data) == bytes(tb[n].data))
     assert all(n == "token_embd.weight" or n.endswith("norm.weight") for n in same), same
     assert "token_embd.weight" in same and len(same) == 1 + 2 * 8 + 1, same
+
+
+def read_legacy_imatrix(path):
+    """llama.cpp's legacy imatrix layout (what llama-quantize --imatrix reads): int32 entry
+    count; per entry int32 name length, the name, int32 ncall, int32 value count, float32
+    values (llama-quantize divides them by ncall)."""
+    b = path.read_bytes()
+    n, o, out = int(np.frombuffer(b, "<i4", 1, 0)[0]), 4, {}
+    for _ in range(n):
+        ln = int(np.frombuffer(b, "<i4", 1, o)[0])
+        name = b[o + 4:o + 4 + ln].decode()
+        ncall, cnt = (int(v) for v in np.frombuffer(b, "<i4", 2, o + 4 + ln))
+        o += 12 + ln
+        out[name] = (ncall, np.frombuffer(b, "<f4", cnt, o).copy())
+        o += 4 * cnt
+    assert o == len(b), (o, len(b))
+    return out
+
+
+def check_imatrix(imx, model):
+    """--calib-out wrote one entry per weighted matrix of model (the Q4_0 / Q4_1 ones), with
+    ncall 1, one positive importance per input column, and the same vector for matrices that
+    read the same input (q, k, v; gate, up)."""
+    from gguf import GGMLQuantizationType as T, GGUFReader
+    m = read_legacy_imatrix(imx)
+    ts = {t.name: t for t in GGUFReader(str(model)).tensors}
+    weighted = sorted(n for n, t in ts.items() if t.tensor_type in (T.Q4_0, T.Q4_1))
+    assert sorted(m) == weighted and len(m) == 56, sorted(m)
+    for name, (ncall, v) in m.items():
+        assert ncall == 1 and v.size == int(ts[name].shape[0]), (name, ncall, v.size, ts[name].shape)
+        assert np.all(np.isfinite(v)) and np.all(v > 0), name
+    for l in range(8):
+        q, k, v = (m[f"blk.{l}.attn_{x}.weight"][1] for x in "qkv")
+        assert np.array_equal(q, k) and np.array_equal(q, v), l
+        assert np.array_equal(m[f"blk.{l}.ffn_gate.weight"][1], m[f"blk.{l}.ffn_up.weight"][1]), l
+        assert not np.array_equal(q, m[f"blk.{l}.attn_output.weight"][1]), l
 
 
 def test_bad_calib_input(f16, tmp_path):
@@ -128,6 +167,9 @@ def test_bad_calib_input(f16, tmp_path):
     fails(["--calib", short], "calibration needs at least one chunk of 512")
     fails(["--calib-chunks", "2"], "--calib-chunks needs --calib", code=2)
     fails(["--calib", CALIB, "--calib-chunks", "0"], "--calib-chunks", code=2)
+    fails(["--calib-out", tmp_path / "imx.dat"], "--calib-out needs --calib", code=2)
+    fails(["--calib", CALIB, "--calib-out", out], "--calib-out names IN or OUT", code=2)
+    fails(["--calib", CALIB, "--calib-out", tmp_path / "no-such-dir" / "imx.dat"], "--calib-out: cannot create")
     hf = tmp_path / "hfdir"
     hf.mkdir()
     p = run_rawloop("quantize", hf, out, "--type", "RQ2", "--calib", CALIB, check=False)
