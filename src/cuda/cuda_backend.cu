@@ -67,7 +67,7 @@ struct rl_cuda {
     rl_pk_layer *pk_lay; /* [n_layer] device copy of the layers' arguments */
     unsigned long long *pk_bar;   /* its grid barrier's counter, zeroed at open */
     unsigned long long *pk_trace; /* RL_CUDA_PERSIST_TRACE: the last token's barrier times */
-    const char *pk_trace_file;    /* the variable's value when the trace was set up (environ's string) */
+    char *pk_trace_file;          /* a copy of the variable's value when the trace was set up */
     char pk_why[200];             /* why it is off */
     /* --profile: a second graph with a timing event after every step (marks) */
     bool prof_on, prof_cap;
@@ -445,7 +445,8 @@ static int persist_setup(rl_cuda *c, rl_err *e) {
     free(h);
     const char *tf = getenv("RL_CUDA_PERSIST_TRACE");
     if (!rc && c->pk_on && tf && *tf) {
-        c->pk_trace_file = tf;
+        /* a copy: environ's string may change or go before the backend closes */
+        if (!(c->pk_trace_file = strdup(tf))) return rl_fail(e, "out of memory for RL_CUDA_PERSIST_TRACE");
         const size_t n_tr = rl_persist_trace_words((int)n, c->pk.blocks);
         if (dev_alloc((void **)&c->pk_trace, n_tr * 8, "the persistent kernel's trace", e)) return -1;
         CK(cudaMemset(c->pk_trace, 0, n_tr * 8));
@@ -517,6 +518,7 @@ static void cuda_free(void *impl) {
     rl_cuda *c = (rl_cuda *)impl;
     if (!c) return;
     persist_trace_write(c);
+    free(c->pk_trace_file);
     if (c->pk_trace) cudaFree(c->pk_trace);
     if (c->graph) cudaGraphExecDestroy(c->graph);
     for (auto &gs : c->cgraph)

@@ -158,6 +158,11 @@ struct rl_cuda_knobs {
 /* Launches one matvec (or one per segment when their types differ, or gate then up when the
  * GLU's two types differ). Returns the number of kernels launched, or -1 on a launch error. */
 int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
+/* Whether every matrix of a (gate and up with GLU, else each segment) has a's first type, its
+ * quant plane 16-byte aligned row by row and its scale plane s_to-byte aligned row by row
+ * (absent: allowed unless s_needed). The streamed and tensor-core kernels copy the planes in
+ * pieces of those sizes. */
+bool rl_mv_planes_aligned(const rl_mv_args *a, size_t s_to, bool s_needed);
 /* The streamed matvec (mvs.cu): launches it when it applies (one token, a plane type, aligned
  * planes, n a multiple of 64, the knob on): 1, or 0 when it does not apply, -1 on a launch
  * error. rl_mvs_prepare raises its kernels' shared-memory limit to the device's (at open). */

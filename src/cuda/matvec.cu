@@ -241,6 +241,17 @@ size_t rl_mv_scratch_bytes(int n, int ns) { return (size_t)ns * col_bytes(n) + (
 
 size_t rl_mv_smem(int n, bool q8) { return stage_bytes(n, q8); }
 
+static bool aligned(const void *p, size_t row, size_t to) { return (uintptr_t)p % to == 0 && row % to == 0; }
+
+bool rl_mv_planes_aligned(const rl_mv_args *a, size_t s_to, bool s_needed) {
+    for (int i = 0; i < (a->mode == RL_MV_GLU ? 2 : a->nseg); i++) {
+        const rl_dmat &m = a->seg[i].w;
+        if (m.type != a->seg[0].w.type || !aligned(m.q, m.q_row, 16) || (m.s ? !aligned(m.s, m.s_row, s_to) : s_needed))
+            return false;
+    }
+    return true;
+}
+
 int rl_mv_prepare(int max_n) {
     for (uint32_t t : k_types)
         for (int g = 0; g < 2; g++)

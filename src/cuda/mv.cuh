@@ -527,6 +527,21 @@ __device__ __forceinline__ const uint8_t *srow(const rl_dmat &m, int r) {
     return m.s ? m.s + (size_t)r * m.s_row : nullptr;
 }
 
+/* A launch's segments cut into units of `per` rows, the last unit of each segment partial: how
+ * many units there are (mv_units), and unit u's segment and first row (mv_unit). The matvec's
+ * work items are units of 2 rows, the tensor-core chunk's tiles units of 16 (mvx.cu). */
+__host__ __device__ inline int mv_units(const rl_mv_args &a, int per) {
+    int n = 0;
+    for (int i = 0; i < a.nseg; i++) n += (a.seg[i].w.rows + per - 1) / per;
+    return n;
+}
+__host__ __device__ inline int mv_unit(const rl_mv_args &a, int u, int per, int *row) {
+    int si = 0;
+    while (si < a.nseg - 1 && u >= (a.seg[si].w.rows + per - 1) / per) u -= (a.seg[si++].w.rows + per - 1) / per;
+    *row = per * u;
+    return si;
+}
+
 /* Work item p of a launch: two rows. GLU: gate row p and up row p. Otherwise rows 2i and 2i+1 of
  * the segment that item p falls in (the second one absent past an odd row count; it then
  * re-reads the first row and its result is dropped). */
@@ -544,12 +559,9 @@ __device__ __forceinline__ mv_task mv_resolve(const rl_mv_args &a, int p, bool g
         t.w[1] = qrow(a.seg[1].w, p); t.s[1] = srow(a.seg[1].w, p);
         return t;
     }
-    int si = 0;
-    while (si < a.nseg - 1 && p >= (a.seg[si].w.rows + 1) / 2) p -= (a.seg[si++].w.rows + 1) / 2;
-    const rl_dmat &m = a.seg[si].w;
-    t.seg = si;
-    t.ra = 2 * p;
-    t.rb = 2 * p + 1 < m.rows ? 2 * p + 1 : -1;
+    t.seg = mv_unit(a, p, 2, &t.ra);
+    const rl_dmat &m = a.seg[t.seg].w;
+    t.rb = t.ra + 1 < m.rows ? t.ra + 1 : -1;
     t.w[0] = qrow(m, t.ra); t.s[0] = srow(m, t.ra);
     t.w[1] = t.rb >= 0 ? qrow(m, t.rb) : t.w[0];
     t.s[1] = t.rb >= 0 ? srow(m, t.rb) : t.s[0];
@@ -708,10 +720,7 @@ __device__ __forceinline__ float mv_tree32(float *v) { /* steps with constant bo
 /* Work items of a launch: GLU one per row pair (gate r, up r), else one per 2 rows of each
  * segment. */
 __host__ __device__ inline int mv_items(const rl_mv_args &a, bool glu) {
-    if (glu) return a.seg[0].w.rows;
-    int items = 0;
-    for (int i = 0; i < a.nseg; i++) items += (a.seg[i].w.rows + 1) / 2;
-    return items;
+    return glu ? a.seg[0].w.rows : mv_units(a, 2);
 }
 
 #endif

@@ -70,20 +70,12 @@ int rl_mvs_prepare(void) {
     return 0;
 }
 
-/* Whether a plane is 16-byte (quants) or 4-byte (scales) aligned row by row. */
-static bool aligned(const void *p, size_t row, size_t to) { return (uintptr_t)p % to == 0 && row % to == 0; }
-
 bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     const uint32_t type = a->seg[0].w.type;
-    const bool glu = a->mode == RL_MV_GLU;
     if (!k->mvs || a->ns > 1 || !mvs_type((int)type) || a->n % 64 != 0) return false;
     if (k->mvs == 2 && !mvs_scaled((int)type)) return false; /* 8-bit rings or less */
     if (type == RL_RQ2 && k->rq2_lut) return false; /* the table decoder stays in the register kernel */
-    for (int i = 0; i < (glu ? 2 : a->nseg); i++) {
-        const rl_dmat &m = a->seg[i].w;
-        if (m.type != type || !aligned(m.q, m.q_row, 16) || (m.s && !aligned(m.s, m.s_row, 4))) return false;
-    }
-    return true;
+    return rl_mv_planes_aligned(a, 4, false);
 }
 
 /* Warps per block of the streamed launch for a (0: it does not stream), its kernel and shared

@@ -62,20 +62,16 @@ __device__ __forceinline__ float mvx_i2f(int biased) { return __int_as_float(bia
 /* Tiles of a launch: 16 rows of a segment (the last one of a segment partial), or with GLU 8
  * rows of gate and up. */
 __host__ __device__ inline int mvx_tiles(const rl_mv_args &a, bool glu) {
-    if (glu) return (a.seg[0].w.rows + 7) / 8;
-    int n = 0;
-    for (int i = 0; i < a.nseg; i++) n += (a.seg[i].w.rows + 15) / 16;
-    return n;
+    return glu ? (a.seg[0].w.rows + 7) / 8 : mv_units(a, 16);
 }
 
 /* Tile `tile`'s segment and first row (GLU: gate and up rows r0 .. r0 + 7). */
 template <bool GLU> __device__ __forceinline__ void mvx_tile(const rl_mv_args &a, int tile, int *si, int *r0) {
-    *si = 0;
     if constexpr (GLU) {
+        *si = 0;
         *r0 = 8 * tile;
     } else {
-        while (*si < a.nseg - 1 && tile >= (a.seg[*si].w.rows + 15) / 16) tile -= (a.seg[(*si)++].w.rows + 15) / 16;
-        *r0 = 16 * tile;
+        *si = mv_unit(a, tile, 16, r0);
     }
 }
 
@@ -340,12 +336,7 @@ int rl_mvx_prepare(void) {
 bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     const uint32_t type = a->seg[0].w.type;
     if (!k->mvx || a->ns <= 1 || !a->fast || (type != RL_Q4_0 && type != RL_Q8_0) || a->n % 32) return false;
-    for (int i = 0; i < (a->mode == RL_MV_GLU ? 2 : a->nseg); i++) {
-        const rl_dmat &m = a->seg[i].w;
-        if (m.type != type || (uintptr_t)m.q % 16 || m.q_row % 16 || !m.s || (uintptr_t)m.s % 16 || m.s_row % 16)
-            return false;
-    }
-    return true;
+    return rl_mv_planes_aligned(a, 16, true);
 }
 
 int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st) {
