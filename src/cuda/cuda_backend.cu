@@ -151,7 +151,8 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
          * blocks per head, and idle ones cost: 32 lost 5% at depth 4096) */
         knob("RL_CUDA_ATT_SPLIT", 128, 32, 8192, &k->att_split, e) ||
         knob("RL_CUDA_ATT_MAXSPLIT", 20, 1, 1024, &k->att_max_split, e) ||
-        knob("RL_CUDA_PDL", 2, 0, 2, &k->pdl, e) || /* 2: the streamed matvec's launches (docs/PERF.md) */
+        /* RL_CUDA_PDL 2: the launches that copy weights before they wait (docs/CUDA.md) */
+        knob("RL_CUDA_PDL", 2, 0, 2, &k->pdl, e) ||
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
         knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */
         knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e) || /* streamed matvec (mvs.cu); unset: mvs_for */
@@ -369,7 +370,8 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
 static int enqueue(rl_cuda *c, int ns, int head, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
     int D = (int)cfg->n_embd, V = (int)cfg->n_vocab, rc = 0;
-    bool pdl = c->knobs.pdl == 1; /* 2: only the streamed matvec's launches (rl_mvs_launch) */
+    /* 2: only the launches that copy weights before they wait (rl_mvs_launch, rl_mvx_launch) */
+    bool pdl = c->knobs.pdl == 1;
     c->launches = 0;
     c->streamed = 0;
     c->n_marks = 0;
