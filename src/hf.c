@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -34,6 +35,7 @@ typedef struct hf_priv {
 
     /* quantization_config with quant_method "fp8": F8_E4M3 weights are read (hf_fp8) */
     bool fp8;
+    bool fp8_static;      /* activation_scheme "static": X.input_scale tensors, not used */
     size_t fp8_blk[2];    /* weight_block_size [rows, cols]; {0, 0} when config.json gives
                              none (then only per-tensor scales fit) */
 
@@ -149,12 +151,26 @@ static int cfg_num(const json_t *obj, const char *where, const char *key, bool r
     return 1;
 }
 
+/* Appends a note to h->warning ("; " between notes). */
+static void add_warning(hf_model *h, const char *fmt, ...) {
+    size_t k = strlen(h->warning);
+    if (k && k + 2 < sizeof h->warning) k += (size_t)snprintf(h->warning + k, sizeof h->warning - k, "; ");
+    if (k + 1 >= sizeof h->warning) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->warning + k, sizeof h->warning - k, fmt, ap);
+    va_end(ap);
+}
+
 /* ---- config ----------------------------------------------------------------------------------- */
 
 /* config.json's quantization_config: absent, or FP8 as DeepSeek-V3 and Qwen3-*-FP8 publish it
  * ({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
- * "weight_block_size": [128, 128]}). Any other method, format or activation scheme is refused:
- * its tensors would mean something this reader does not compute. */
+ * "weight_block_size": [128, 128]}) or as AutoFP8 / vLLM's "fp8" writes it (per-tensor
+ * X.weight_scale, and with activation_scheme "static" an X.input_scale per matrix: the scale of
+ * FP8 activations, which rawloop does not compute with, so they are read past, as llama.cpp's
+ * converter does). Any other method, format or activation scheme is refused: its tensors would
+ * mean something this reader does not compute. */
 static int read_quant_config(hf_priv *p, const json_t *cfg, const char *where, rl_err *e) {
     const json_t *qc = json_object_get(cfg, "quantization_config");
     if (!qc || json_is_null(qc)) return 0;
@@ -170,13 +186,13 @@ static int read_quant_config(hf_priv *p, const json_t *cfg, const char *where, r
         (!json_is_string(fmt) || strcmp(json_string_value(fmt), "e4m3")))
         return rl_fail(e, "%s: quantization_config fmt '%.32s' is not supported (only 'e4m3')",
                        where, json_is_string(fmt) ? json_string_value(fmt) : "(not a string)");
-    /* 'static' checkpoints add input_scale tensors for FP8 activations, which a dequantising
-     * reader would drop: refused rather than silently half-read */
-    if (as && !json_is_null(as) &&
-        (!json_is_string(as) || strcmp(json_string_value(as), "dynamic")))
-        return rl_fail(e, "%s: quantization_config activation_scheme '%.32s' is not supported "
-                       "(only 'dynamic')", where,
-                       json_is_string(as) ? json_string_value(as) : "(not a string)");
+    if (as && !json_is_null(as)) {
+        const char *asv = json_string_value(as);
+        if (!asv || (strcmp(asv, "dynamic") && strcmp(asv, "static")))
+            return rl_fail(e, "%s: quantization_config activation_scheme '%.32s' is not supported "
+                           "(only 'dynamic' or 'static')", where, asv ? asv : "(not a string)");
+        p->fp8_static = !strcmp(asv, "static");
+    }
     const json_t *bs = json_object_get(qc, "weight_block_size");
     if (bs && !json_is_null(bs)) {
         if (!json_is_array(bs) || json_array_size(bs) != 2)
@@ -450,7 +466,8 @@ static const char *shape_str(const st_tensor *s, char *buf, size_t cap) {
     return buf;
 }
 
-/* The scales of F8_E4M3 weight hname, stored [rows, cols]: its sibling hname_scale_inv, which
+/* The scales of F8_E4M3 weight hname, stored [rows, cols]: its sibling hname_scale_inv
+ * (DeepSeek, transformers) or hname_scale (AutoFP8, vLLM), a multiplier either way, which
  * must be F32 or BF16, one value per weight_block_size block (the last block of a row or column
  * may be partial, as DeepSeek's weight_dequant masks it) or one for the whole tensor, and finite
  * (a NaN scale would poison every value of its block without a trace). */
@@ -463,10 +480,14 @@ static int fp8_scales(hf_model *h, hf_priv *p, const char *hname, uint64_t rows,
     snprintf(sn, sizeof sn, "%s_scale_inv", hname);
     const st_tensor *s;
     int r = find_src(p, sn, &s, e);
+    if (!r) {
+        snprintf(sn, sizeof sn, "%s_scale", hname);
+        r = find_src(p, sn, &s, e);
+    }
     if (r < 0) return -1;
     if (!r)
-        return rl_fail(e, "%s: tensor '%s' is F8_E4M3 but its scales '%s' are not in any shard",
-                       h->dir, hname, sn);
+        return rl_fail(e, "%s: tensor '%s' is F8_E4M3 but its scales '%s_scale_inv' (or "
+                       "'%s_scale') are not in any shard", h->dir, hname, hname, hname);
     if (s->dtype != ST_F32 && s->dtype != ST_BF16)
         return rl_fail(e, "%s: tensor '%s' has dtype %s; FP8 scales must be F32 or BF16", h->dir,
                        sn, st_dtype_name(s->dtype));
@@ -589,20 +610,27 @@ static int collect_tensors(hf_model *h, hf_priv *p, bool tied, rl_err *e) {
     if (tied) {
         const st_tensor *s;
         if (find_src(p, "lm_head.weight", &s, e) < 0 ||
-            find_src(p, "lm_head.weight_scale_inv", &s, e) < 0)
+            find_src(p, "lm_head.weight_scale_inv", &s, e) < 0 ||
+            find_src(p, "lm_head.weight_scale", &s, e) < 0 || find_src(p, "lm_head.input_scale", &s, e) < 0)
             return -1;
     } else if (add_tensor(h, p, "lm_head.weight", "output.weight", D_VOCAB, D_EMBD, 0, true,
                           e) < 0) {
         return -1;
     }
-    /* anything left over means config.json and the weights disagree */
+    /* anything left over means config.json and the weights disagree, except a static FP8
+     * checkpoint's activation scales (counted, said in the warning) */
+    size_t n_input_scale = 0;
     for (size_t s = 0; s < p->n_shards; s++)
         for (size_t i = 0; i < p->shards[s].n_tensors; i++) {
             const char *nm = p->shards[s].tensors[i].name;
             size_t l = strlen(nm);
             if (p->used[s][i] || (l >= 20 && !strcmp(nm + l - 20, "rotary_emb.inv_freq")))
                 continue;
-            if (l >= 10 && !strcmp(nm + l - 10, "_scale_inv"))
+            if (p->fp8_static && l >= 12 && !strcmp(nm + l - 12, ".input_scale")) {
+                n_input_scale++;
+                continue;
+            }
+            if ((l >= 10 && !strcmp(nm + l - 10, "_scale_inv")) || (l >= 13 && !strcmp(nm + l - 13, ".weight_scale")))
                 return rl_fail(e, "%s: unexpected tensor '%.96s': FP8 scales of a weight that is "
                                "not F8_E4M3, or that a %s model does not have", p->shards[s].name,
                                nm, h->arch);
@@ -610,6 +638,9 @@ static int collect_tensors(hf_model *h, hf_priv *p, bool tied, rl_err *e) {
                            "as config.json describes it)", p->shards[s].name, nm, h->n_layer,
                            h->arch);
         }
+    if (n_input_scale)
+        add_warning(h, "FP8 activation_scheme 'static': %zu input_scale tensors (the scales of FP8 "
+                    "activations) are not used; rawloop computes activations its own way", n_input_scale);
     return 0;
 }
 
@@ -735,9 +766,8 @@ static int read_bpe(hf_model *h, hf_priv *p, const json_t *tj, rl_err *e) {
     }
     if (!p->pre) {
         p->pre = strcmp(h->arch, "llama") ? "qwen2" : "llama-bpe";
-        snprintf(h->warning, sizeof h->warning, "tokenizer.json's pre-tokenizer regex is not one "
-                 "rawloop knows; using '%s' (the %s family's), tokens may differ", p->pre,
-                 h->arch);
+        add_warning(h, "tokenizer.json's pre-tokenizer regex is not one rawloop knows; using '%s' "
+                    "(the %s family's), tokens may differ", p->pre, h->arch);
     }
     /* add_bos when tokenizer_config.json does not say: the post-processor's template */
     const json_t *pp = json_object_get(tj, "post_processor");

@@ -12,12 +12,13 @@
  * F8_E4M3, below) or an unsupported architecture or rope scaling is refused with a message
  * naming it.
  *
- * FP8 checkpoints (DeepSeek-V3, Qwen3-*-FP8): config.json's quantization_config has
- * quant_method "fp8" (fmt "e4m3" and activation_scheme "dynamic" when given) and
- * weight_block_size [br, bc]; a quantized matrix X.weight is F8_E4M3 and its sibling
- * X.weight_scale_inv (F32 or BF16) holds one float per br x bc block of stored values,
- * [ceil(rows / br), ceil(cols / bc)], or one for the whole tensor (shape [] or [1]). The
- * sibling is consumed here, never a tensor of its own. docs/FORMATS.md, section FP8.
+ * FP8 checkpoints (DeepSeek-V3, Qwen3-*-FP8, AutoFP8): config.json's quantization_config has
+ * quant_method "fp8" (fmt "e4m3" when given, activation_scheme "dynamic" or "static") and
+ * weight_block_size [br, bc] for block scales; a quantized matrix X.weight is F8_E4M3 and its
+ * sibling X.weight_scale_inv or X.weight_scale (F32 or BF16) holds one float per br x bc block
+ * of stored values, [ceil(rows / br), ceil(cols / bc)], or one for the whole tensor (shape []
+ * or [1]). The sibling is consumed here, never a tensor of its own; a static checkpoint's
+ * X.input_scale tensors are read past (noted in warning). docs/FORMATS.md, section FP8.
  *
  * Nothing is converted here: an hf_tensor points at the mapped shard bytes, and the caller
  * reads it row by row (hf_src_row gives the stored row behind each GGUF row, hf_read_row
@@ -69,7 +70,7 @@ typedef struct hf_model {
     size_t n_head, n_head_kv; /* attention heads, key/value heads (config.json) */
     size_t n_tensors;
     hf_tensor *tensors;     /* in llama.cpp's order: token_embd, rope_freqs, blk.*, norm, output */
-    char warning[256];      /* non-fatal note for the user ("" when none) */
+    char warning[512];      /* non-fatal notes for the user ("" when none; "; " between) */
     void *priv;             /* mapped shards, config and tokenizer (hf.c) */
 } hf_model;
 

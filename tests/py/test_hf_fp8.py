@@ -22,6 +22,8 @@ Fp8Dequantize and DeepSeek's weight_dequant. Checked:
     same checkpoint with its FP8 weights replaced by the oracle's F32 values (the F32 import is
     tested in test_hf_import.py), so the FP8 reader feeds each quantizer the oracle's values;
   - the converted model runs (`rawloop logits`, finite);
+  - the same checkpoint as AutoFP8 writes it (X.weight_scale siblings; with activation_scheme
+    "static" also X.input_scale, read past with a warning) gives the same F32 file;
   - bad checkpoints (no scale sibling, misshapen or mistyped scales, a NaN code, a block size
     that disagrees with config.json, another quant_method / fmt / activation_scheme, F8_E5M2
     weights, F8 weights without quantization_config, scales of a BF16 weight, a NaN scale):
@@ -307,6 +309,40 @@ def test_converted_model_runs(rawloop, ck, tmp_path):
     assert x.size == len(ids) * VOCAB and np.isfinite(x).all() and x.std() > 0
 
 
+def autofp8(cfg, tensors, static):
+    """The same checkpoint as AutoFP8 / vLLM's "fp8" writes it: each scale named X.weight_scale
+    (a multiplier, as X.weight_scale_inv is), and with activation_scheme "static" an
+    X.input_scale per FP8 matrix (the FP8 activations' scale, which rawloop does not use)."""
+    cfg, out = copy.deepcopy(cfg), {}
+    cfg["quantization_config"]["activation_scheme"] = "static" if static else "dynamic"
+    rng = np.random.default_rng(5)
+    for name, t in tensors.items():
+        if name.endswith("_scale_inv"):
+            out[name[:-len("_inv")]] = t
+            continue
+        out[name] = t
+        if static and t[0] == "F8_E4M3":
+            v = np.float32(rng.uniform(0.01, 0.1))
+            out[name[:-len(".weight")] + ".input_scale"] = ["F32", [1], v.tobytes()]
+    return cfg, out
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_autofp8_layout_gives_the_same_file(rawloop, ck, tmp_path, static):
+    """X.weight_scale reads as X.weight_scale_inv does; a static checkpoint's input scales are
+    read past with one warning that counts them (13 FP8 matrices: layer 1's v_proj is BF16)."""
+    cfg, tensors = autofp8(ck.cfg, ck.tensors, static)
+    d = write_dir(tmp_path / "model", cfg, tensors)
+    out = tmp_path / "out.gguf"
+    p = rawloop("quantize", d, out, "--type", "F32")
+    err = p.stderr.decode()
+    if static:
+        assert "warning: FP8 activation_scheme 'static': 13 input_scale tensors" in err, err
+    else:
+        assert "warning" not in err, err
+    assert out.read_bytes() == ck.out(rawloop, "fp8", "F32").read_bytes()
+
+
 # ---- bad checkpoints --------------------------------------------------------------------------
 
 Q0 = "model.layers.0.self_attn.q_proj.weight"
@@ -359,6 +395,16 @@ def scale_for_bf16_weight(cfg, t):
     t[V1 + "_scale_inv"] = ["F32", [1], np.float32(0.5).tobytes()]
 
 
+def input_scale(name):
+    def f(cfg, t):
+        t[name[:-len(".weight")] + ".input_scale"] = ["F32", [], np.float32(0.02).tobytes()]
+    return f
+
+
+def weight_scale_for_bf16_weight(cfg, t):
+    t[V1 + "_scale"] = ["F32", [], np.float32(0.5).tobytes()]
+
+
 def nan_scale(cfg, t):
     s = np.frombuffer(t[GATE0 + "_scale_inv"][2], np.float32).copy()
     s[4] = np.nan
@@ -366,7 +412,8 @@ def nan_scale(cfg, t):
 
 
 BAD = {
-    "no_scale_sibling": (drop_scale, f"its scales '{UP0}_scale_inv' are not in any shard"),
+    "no_scale_sibling": (drop_scale, f"its scales '{UP0}_scale_inv' (or '{UP0}_scale') are not "
+                         "in any shard"),
     "scale_shape": (transpose_scale_shape, f"'{GATE0}_scale_inv' has shape [2, 3], but "
                     f"weight_block_size [128, 128] over '{GATE0}' [320, 192] implies [3, 2]"),
     "scale_dtype": (int_scale, f"'{GATE0}_scale_inv' has dtype I32; FP8 scales must be F32 or "
@@ -383,8 +430,12 @@ BAD = {
                                         "has no weight_block_size"),
     "quant_method": (qc(quant_method="gptq"), "quant_method 'gptq' is not supported"),
     "fmt": (qc(fmt="e5m2"), "fmt 'e5m2' is not supported"),
-    "activation_scheme": (qc(activation_scheme="static"),
-                          "activation_scheme 'static' is not supported"),
+    "activation_scheme": (qc(activation_scheme="per-token"),
+                          "activation_scheme 'per-token' is not supported"),
+    # activation scales belong to static checkpoints only
+    "input_scale_when_dynamic": (input_scale(Q0), f"unexpected tensor '{Q0[:-7]}.input_scale'"),
+    "weight_scale_of_bf16_weight": (weight_scale_for_bf16_weight, f"unexpected tensor "
+                                    f"'{V1}_scale': FP8 scales of a weight that is not F8_E4M3"),
     "e5m2_weights": (e5m2_weight, f"tensor '{O0}' has dtype F8_E5M2"),
     "no_quant_config": (drop_quant_config, f"tensor '{Q0}' is F8_E4M3 but config.json has no "
                         "quantization_config"),
