@@ -24,7 +24,8 @@ static void usage(FILE *out) {
         "  --no-ceiling skip measuring the memory read bandwidth\n"
         "  --profile   after the timed runs, time each step of the forward pass over another\n"
         "              -n tokens (GPU only: a graph with an event after every step) and print\n"
-        "              its time, share of the token, bytes read and GB/s\n"
+        "              its time, share of the token, bytes read and GB/s; with -p and the\n"
+        "              fast prefill, the same for one more prompt of -p tokens\n"
         "  --device D  cpu, cuda or auto (default)\n"
         "  --kv-type T f16 (default), f32 (CPU only), or q8 (8-bit blocks of 32) KV cache\n"
         "  --autotune  GPU: time tg (-n, -r, -d) while one pass of coordinate descent tries the\n"
@@ -212,11 +213,14 @@ int cmd_bench(int argc, char **argv) {
     co.n_ctx = need + 1;
     cli_session s;
     if (cli_session_open(&s, model, &co)) return 1;
-    if (profile && (!s.be.ops->profile || ng < 1)) {
+    /* the prompt is profiled where it runs as GEMMs (the GPU's fast prefill); exact prompts
+     * are decoding's steps, which the generation profile shows */
+    const bool prof_prompt = profile && np > 0 && !strncmp(s.be.prefill, "fast", 4);
+    if (profile && (!s.be.ops->profile || (ng < 1 && !prof_prompt))) {
         if (!s.be.ops->profile)
             fprintf(stderr, "rawloop: --profile: the %s backend has no per-kernel profile\n", s.be.name);
         else
-            fprintf(stderr, "rawloop: --profile needs a generation test (-n > 0)\n");
+            fprintf(stderr, "rawloop: --profile needs a generation test (-n > 0) or a fast-prefill prompt (-p > 0)\n");
         cli_session_close(&s);
         return 1;
     }
@@ -263,9 +267,15 @@ int cmd_bench(int argc, char **argv) {
         if (!json) fprintf(stderr, "rawloop: rep %ld/%ld: pp %.2f tok/s, tg %.2f tok/s\n",
                            rep + 1, reps, pp[rep], tg[rep]);
     }
-    rl_prof_row prof[16];
-    size_t n_prof = 0;
-    if (profile) {
+    rl_prof_row prof[16], pprof[16];
+    size_t n_prof = 0, n_pprof = 0;
+    if (prof_prompt) {
+        if (s.be.ops->profile(s.be.impl, true, &e)) goto fail;
+        if (rl_backend_forward(&s.be, toks + depth, (size_t)np, (size_t)depth, lg, false, &e)) goto fail;
+        n_pprof = s.be.ops->profile_rows(s.be.impl, pprof, sizeof pprof / sizeof *pprof);
+        if (s.be.ops->profile(s.be.impl, false, &e)) goto fail;
+    }
+    if (profile && ng > 0) {
         if (depth > 0 && rl_backend_forward(&s.be, toks, (size_t)depth, 0, NULL, false, &e)) goto fail;
         if (s.be.ops->profile(s.be.impl, true, &e)) goto fail;
         for (long i = 0; i < ng; i++)
@@ -273,8 +283,9 @@ int cmd_bench(int argc, char **argv) {
         n_prof = s.be.ops->profile_rows(s.be.impl, prof, sizeof prof / sizeof *prof);
         if (s.be.ops->profile(s.be.impl, false, &e)) goto fail;
     }
-    double prof_us = 0;
+    double prof_us = 0, pprof_us = 0;
     for (size_t i = 0; i < n_prof; i++) prof_us += prof[i].us;
+    for (size_t i = 0; i < n_pprof; i++) pprof_us += pprof[i].us;
     stats sp = summarize(pp, (size_t)reps), sg = summarize(tg, (size_t)reps);
     size_t wbytes = rl_model_bytes_per_token(&s.model);
     size_t kvb = ng > 0 ? rl_backend_kv_read_bytes(&s.be, (size_t)(depth + ng / 2)) : 0;
@@ -295,13 +306,21 @@ int cmd_bench(int argc, char **argv) {
                co.exact ? "true" : "false", depth, np, ng, reps, sp.median, sp.sd, sp.min,
                sp.max, sg.median, sg.sd, sg.min, sg.max, bpt, wbytes, kvb, gbps, ceil,
                ceil > 0 ? gbps / ceil : 0, s.model.file_weight_bytes, s.be.repacked_bytes, s.be.prefill);
-        if (profile) {
+        if (profile && ng > 0) {
             printf(", \"profile\": [");
             for (size_t i = 0; i < n_prof; i++)
                 printf("%s{\"step\": \"%s\", \"steps_per_token\": %.2f, \"us_per_token\": %.3f, "
                        "\"bytes_per_token\": %.0f, \"gbps\": %.2f}", i ? ", " : "", prof[i].name,
                        (double)prof[i].calls / ng, prof[i].us / ng, prof[i].bytes / ng,
                        prof[i].us > 0 ? prof[i].bytes / (prof[i].us * 1e3) : 0);
+            printf("]");
+        }
+        if (prof_prompt) {
+            printf(", \"prompt_profile\": [");
+            for (size_t i = 0; i < n_pprof; i++)
+                printf("%s{\"step\": \"%s\", \"calls\": %zu, \"us\": %.3f, \"bytes\": %.0f, \"gbps\": %.2f}",
+                       i ? ", " : "", pprof[i].name, pprof[i].calls, pprof[i].us, pprof[i].bytes,
+                       pprof[i].us > 0 ? pprof[i].bytes / (pprof[i].us * 1e3) : 0);
             printf("]");
         }
         printf("}\n");
@@ -326,7 +345,17 @@ int cmd_bench(int argc, char **argv) {
                "runs\n", bpt / 1e6, wbytes / 1e6, kvb / 1e6, depth + ng / 2, ceil, s.be.name, nt,
                s.be.numerics, reps);
         if (np > 0) printf("prompt processing: prefill %s\n", s.be.prefill);
-        if (profile) {
+        if (prof_prompt) {
+            printf("\nper-step profile of one prompt of %ld tokens at depth %ld (an event after every "
+                   "step; %.2f ms in all, %.0f tok/s):\n\n| step | calls | ms | %% of prompt | GB | GB/s |\n"
+                   "| --- | ---: | ---: | ---: | ---: | ---: |\n", np, depth, pprof_us / 1e3,
+                   pprof_us > 0 ? np / (pprof_us * 1e-6) : 0);
+            for (size_t i = 0; i < n_pprof; i++)
+                printf("| %s | %zu | %.3f | %.1f%% | %.2f | %.0f |\n", pprof[i].name, pprof[i].calls,
+                       pprof[i].us / 1e3, 100 * pprof[i].us / pprof_us, pprof[i].bytes / 1e9,
+                       pprof[i].us > 0 ? pprof[i].bytes / (pprof[i].us * 1e3) : 0);
+        }
+        if (profile && ng > 0) {
             printf("\nper-step profile over %ld tokens at depth %ld (a graph with a timing event "
                    "after every step; %.1f us/token in all):\n\n| step | calls/token | us/token "
                    "| %% of token | MB/token | GB/s | %% of ceiling |\n| --- | ---: | ---: | ---: | "

@@ -38,7 +38,8 @@ typedef struct rl_prof_row {
     char name[24];
     size_t calls;  /* launches of this step over the profiled tokens */
     double us;     /* summed GPU time, microseconds */
-    double bytes;  /* summed bytes the step reads (weights; KV for attention) */
+    double bytes;  /* summed bytes the step reads (weights; KV for attention; 0 where not
+                      counted); the fast prefill's fp16 expansion: read plus written */
 } rl_prof_row;
 
 /* What a backend implementation provides (cpu.c, src/cuda/). */
@@ -50,8 +51,9 @@ typedef struct rl_backend_ops {
                    bool all_logits, rl_err *e);
     double (*read_ceiling_gbps)(void *impl); /* the device's own read-stream bandwidth */
     /* Per-kernel profile (NULL where the backend has none): profile(impl, true) clears the
-     * table and times every step of the following forward calls (slower: for reports only);
-     * profile(impl, false) stops. profile_rows copies up to cap rows; returns the count. */
+     * table and times every step of the following forward calls (slower: for reports only):
+     * decoding's steps, or a GPU fast prefill's for a call of several tokens; profile(impl,
+     * false) stops. profile_rows copies up to cap rows; returns the count. */
     int (*profile)(void *impl, bool on, rl_err *e);
     size_t (*profile_rows)(void *impl, rl_prof_row *rows, size_t cap);
 } rl_backend_ops;

@@ -908,6 +908,9 @@ bool rl_quant_uses_weights(uint32_t type) {
     return type == RL_Q4_K || type == RL_Q5_K || type == RL_Q6_K || type == RL_RQ2 || legacy_w(type);
 }
 
+/* The importances of the block at off, or NULL without importances. */
+static const float *w_at(const float *w, size_t off) { return w ? w + off : NULL; }
+
 /* RQ2's weights for the block of n values at offset off, or NULL when they are all equal: a
  * uniform weight changes no choice of its search, and the plain path then gives the unweighted
  * quantizer's bytes. (The llama.cpp types run their imatrix search on any importances.) */
@@ -963,13 +966,13 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
         return;
     /* the K-quants' searches are per 256-value super-block; w NULL selects the reference search */
     case RL_Q4_K:
-        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, w ? w + i * RL_QK_K : NULL, b + i * 144, 4);
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, w_at(w, i * RL_QK_K), b + i * 144, 4);
         return;
     case RL_Q5_K:
-        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, w ? w + i * RL_QK_K : NULL, b + i * 176, 5);
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_k45(src + i * RL_QK_K, w_at(w, i * RL_QK_K), b + i * 176, 5);
         return;
     case RL_Q6_K:
-        for (size_t i = 0; i < n / RL_QK_K; i++) quant_q6_k(src + i * RL_QK_K, w ? w + i * RL_QK_K : NULL, b + i * 210);
+        for (size_t i = 0; i < n / RL_QK_K; i++) quant_q6_k(src + i * RL_QK_K, w_at(w, i * RL_QK_K), b + i * 210);
         return;
     case RL_RQ2:
         for (size_t i = 0; i < n / RL_QK_RQ2; i++) quant_rq2(src + i * RL_QK_RQ2, block_w(w, i * RL_QK_RQ2, RL_QK_RQ2), b + i * 20);

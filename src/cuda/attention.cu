@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "attention.cuh"
+#include "mv.cuh" /* cp.async helpers */
 
 /* Stores value v of cache cell i (position row + column): f16, or with a q8 cache (a.kd set)
  * int8 with one fp32 scale per 32 cells, rounded as the CPU's --kv-type q8 (rl_round_i8_32:
@@ -62,16 +63,11 @@ __global__ void rope_kv_kernel(const rl_att_args a) {
     int half = a.rope_dim / 2, ia = 0, ib = 0;
     float ra = 0.0f, rb = 0.0f;
     if (t < half) {
-        float th = __fmul_rn((float)pos, a.inv_freq[t]);
-        float cs = cosf(th), sn = sinf(th);
         ia = a.neox ? t : 2 * t;
         ib = a.neox ? t + half : 2 * t + 1;
-        float x0 = h[ia], x1 = h[ib];
-        /* separate rounded products, as the CPU reference (lesson 6) */
-        float m0 = __fmul_rn(x0, cs), m1 = __fmul_rn(x1, sn), m2 = __fmul_rn(x0, sn),
-              m3 = __fmul_rn(x1, cs);
-        ra = __fsub_rn(m0, m1);
-        rb = __fadd_rn(m2, m3);
+        ra = h[ia];
+        rb = h[ib];
+        rope_rot(ra, rb, pos, a.inv_freq[t]);
     }
     __syncthreads();
     if (t < half) {
@@ -89,6 +85,57 @@ void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
     int threads = (a->hd + 31) / 32 * 32;
     rl_launch(rope_kv_kernel, dim3(a->n_head + 2 * a->n_head_kv, a->n_tok > 1 ? a->n_tok : 1),
               dim3(threads), 0, st, pdl, *a);
+}
+
+/* The fast prefill's RoPE and f16 cache write where no q/k norm needs a head's reduction:
+ * rope_kv's arithmetic, one thread per rotated pair (q, k) or value (v) instead of a block per
+ * head and token (96 x 512 blocks for a 7B chunk of 512, latency-bound: 8.7% of the chunk's
+ * time under ncu). Pair t < rope_dim / 2 of a head is rope_kv's (t, t + half) or (2t, 2t + 1);
+ * the pairs past it cover the unrotated dimensions rope_dim.. in order. */
+__global__ void rope_kv_flat_kernel(const rl_att_args a) {
+    const int hd = a.hd, half = a.rope_dim / 2, nqk = (a.n_head + a.n_head_kv) * (hd / 2);
+    const int per_tok = nqk + a.n_head_kv * hd;
+    for (int s = blockIdx.y; s < a.n_tok; s += gridDim.y) { /* grid y strides over the tokens */
+        const int pos = a.pos0 + s;
+        const size_t to = (size_t)s * a.tok_stride, crow = (size_t)pos * a.n_head_kv * hd;
+        for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < per_tok; j += gridDim.x * blockDim.x) {
+            if (j >= nqk) {
+                const int v = j - nqk; /* head * hd + d */
+                float val = a.v[to + v];
+                if (a.bv) val = val + a.bv[v];
+                a.vc[crow + v] = __half_as_ushort(__float2half_rn(val));
+                continue;
+            }
+            const int head = j / (hd / 2), t = j % (hd / 2), isq = head < a.n_head, hh = isq ? head : head - a.n_head;
+            const bool rot = t < half;
+            const int ia = rot ? (a.neox ? t : 2 * t) : a.rope_dim + 2 * (t - half);
+            const int ib = rot ? (a.neox ? t + half : 2 * t + 1) : ia + 1;
+            const float *src = (isq ? a.q : a.k) + to + hh * hd, *bias = isq ? a.bq : a.bk;
+            float x0 = src[ia], x1 = src[ib];
+            if (bias) {
+                x0 = x0 + bias[hh * hd + ia];
+                x1 = x1 + bias[hh * hd + ib];
+            }
+            if (rot) rope_rot(x0, x1, pos, a.inv_freq[t]);
+            if (isq) {
+                a.q[to + hh * hd + ia] = x0;
+                a.q[to + hh * hd + ib] = x1;
+            } else {
+                a.kc[crow + hh * hd + ia] = __half_as_ushort(__float2half_rn(x0));
+                a.kc[crow + hh * hd + ib] = __half_as_ushort(__float2half_rn(x1));
+            }
+        }
+    }
+}
+
+void rl_rope_kv_prefill_launch(const rl_att_args *a, cudaStream_t st) {
+    if (a->q_norm || a->k_norm || a->kd) {
+        rl_rope_kv_launch(a, false, st);
+        return;
+    }
+    const int per_tok = (a->n_head + a->n_head_kv) * (a->hd / 2) + a->n_head_kv * a->hd;
+    const int bx = (per_tok + 255) / 256 < 64 ? (per_tok + 255) / 256 : 64;
+    rope_kv_flat_kernel<<<dim3(bx, a->n_tok < 65535 ? a->n_tok : 65535), 256, 0, st>>>(*a);
 }
 
 template <int HJ, bool Q8>
@@ -219,7 +266,198 @@ __global__ void __launch_bounds__(PF_Q * 32) attention_prefill_kernel(const rl_a
         if (lane + 32 * i < hd) out[(size_t)s * a.n_head * hd + h * hd + lane + 32 * i] = __float2half_rn(acc[i] * il);
 }
 
-int rl_attention_prefill_launch(const rl_att_args *a, __half *out, cudaStream_t st) {
+/* ---- prefill on the tensor cores ----------------------------------------------------------------
+ * The same causal attention with fp16 mma.sync (m16n8k16, fp32 accumulation), FlashAttention-2's
+ * loop (Dao, 2023). Block: head h and PFM_Q consecutive queries, 4 warps of 16 queries; the
+ * heaviest blocks (the last queries, which see the most keys) are dispatched first. Key tiles of
+ * PFM_K positions of the f16 cache go to shared memory by cp.async in two stages (the next tile
+ * is copied under this one's math), K and V rows padded by 16 bytes so that ldmatrix's 8 rows
+ * fall in 8 distinct bank groups. Per tile a warp computes its 16 x PFM_K scores S = Q K^T (q
+ * scaled by log2(e) / sqrt(hd) and rounded to fp16 once), masks the keys past each query's
+ * position, updates each row's running max and sum (online softmax in base 2), rounds P to fp16
+ * and adds P V to its 16 x hd output in registers. The fp16 roundings of q and P are of the
+ * fast class, as the GEMMs' fp16 inputs are; the summation order is not decoding's. */
+#define PFM_Q 64
+#define PFM_K 64
+
+__device__ __forceinline__ void mma_f16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* Four 8 x 8 fp16 matrices from shared memory (lanes 8i..8i+7 give matrix i's row addresses);
+ * T: transposed, for an operand whose k runs down the rows (V). */
+template <bool T> __device__ __forceinline__ void ldsm4(uint32_t *r, uint32_t addr) {
+    if (T)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ uint32_t h2pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+template <int HD> __host__ __device__ constexpr size_t pfm_smem() { return (size_t)2 * 2 * PFM_K * (HD + 8) * 2; }
+
+/* Thread (g = lane / 4, c = lane % 4) of a warp holds, in mma's fragment layout, rows g and g + 8
+ * of the warp's 16 queries: of every 8-column n-tile of S and O the columns 2c, 2c + 1. */
+template <int HD> __global__ void __launch_bounds__(128) attention_prefill_mma_kernel(const rl_att_args a, __half *out) {
+    constexpr int LD = HD + 8, KS = HD / 16, DN = HD / 8, NJ = PFM_K / 8;
+    extern __shared__ __align__(16) __half pfm[]; /* [stage][K, V][PFM_K][LD] */
+    const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int kv_dim = a.n_head_kv * HD, kvh = h / (a.n_head / a.n_head_kv);
+    const int s0 = (gridDim.x - 1 - blockIdx.x) * PFM_Q, w0 = s0 + warp * 16;
+    const int last = a.pos0 + min(s0 + PFM_Q, a.n_tok) - 1;  /* the block's last query position */
+    const int wlast = a.pos0 + min(w0 + 16, a.n_tok) - 1;    /* the warp's */
+    const bool busy = w0 < a.n_tok;
+    const int ntile = last / PFM_K + 1;
+    const uint32_t sb = (uint32_t)__cvta_generic_to_shared(pfm);
+    auto load = [&](int t) { /* tile t into stage t & 1; positions past last zero-filled */
+        const int p0 = t * PFM_K;
+        const uint32_t dst = sb + (uint32_t)((t & 1) * 2 * PFM_K * LD * 2);
+        for (int i = threadIdx.x; i < 2 * PFM_K * (HD / 8); i += blockDim.x) {
+            const int kv = i / (PFM_K * (HD / 8)), r = i / (HD / 8) % PFM_K, col = i % (HD / 8) * 8, p = p0 + r;
+            const uint16_t *src = (kv ? a.vc : a.kc) + (size_t)min(p, last) * kv_dim + kvh * HD + col;
+            cp16z(dst + (uint32_t)(((kv * PFM_K + r) * LD + col) * 2), src, p <= last ? 16 : 0);
+        }
+        cp_commit();
+    };
+    load(0);
+    /* q rows w0 + g and w0 + g + 8 as the A operand of every k-step (rows past n_tok: zeros) */
+    uint32_t qf[KS][4];
+    const int ra = w0 + g, rb = ra + 8;
+    {
+        const float qs = 1.44269504088896341f / sqrtf((float)HD);
+        const float *qa = a.q + (size_t)ra * a.tok_stride + h * HD, *qb = a.q + (size_t)rb * a.tok_stride + h * HD;
+        const bool va = ra < a.n_tok, vb = rb < a.n_tok;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            const int d = kk * 16 + 2 * c;
+            qf[kk][0] = h2pack(va ? qa[d] * qs : 0.0f, va ? qa[d + 1] * qs : 0.0f);
+            qf[kk][1] = h2pack(vb ? qb[d] * qs : 0.0f, vb ? qb[d + 1] * qs : 0.0f);
+            qf[kk][2] = h2pack(va ? qa[d + 8] * qs : 0.0f, va ? qa[d + 9] * qs : 0.0f);
+            qf[kk][3] = h2pack(vb ? qb[d + 8] * qs : 0.0f, vb ? qb[d + 9] * qs : 0.0f);
+        }
+    }
+    const int pa = a.pos0 + ra, pb = pa + 8;
+    float o[DN][4], mr[2] = {-INFINITY, -INFINITY}, lr[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < DN; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    /* ldmatrix row addresses: matrix m = lane / 8, its row lane % 8 */
+    const int mi = lane >> 3, mrow = lane & 7;
+    for (int t = 0; t < ntile; t++) {
+        if (t + 1 < ntile) {
+            load(t + 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        const int p0 = t * PFM_K;
+        if (busy && p0 <= wlast) {
+            const uint32_t kb = sb + (uint32_t)((t & 1) * 2 * PFM_K * LD * 2), vb = kb + (uint32_t)(PFM_K * LD * 2);
+            float s[NJ][4];
+#pragma unroll
+            for (int j = 0; j < NJ; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NJ; j += 2) /* matrices: keys of n-tiles j, j + 1 x dims kk*16, +8 */
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    uint32_t b[4];
+                    ldsm4<false>(b, kb + (uint32_t)(((j * 8 + (mi >> 1) * 8 + mrow) * LD + kk * 16 + (mi & 1) * 8) * 2));
+                    mma_f16(s[j], qf[kk], b[0], b[1]);
+                    mma_f16(s[j + 1], qf[kk], b[2], b[3]);
+                }
+            const bool edge = p0 + PFM_K - 1 > a.pos0 + w0; /* a key past the warp's first query */
+            float mx[2] = {mr[0], mr[1]};
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    if (edge && p0 + j * 8 + 2 * c + (e & 1) > (e < 2 ? pa : pb)) s[j][e] = -INFINITY;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
+                }
+            float al[2], ls[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                al[r] = exp2f(mr[r] - mx[r]); /* 0 on the first tile (mr = -inf; key 0 is always seen) */
+                mr[r] = mx[r];
+            }
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    s[j][e] = exp2f(s[j][e] - mx[e >> 1]);
+                    ls[e >> 1] += s[j][e];
+                }
+            lr[0] = lr[0] * al[0] + ls[0];
+            lr[1] = lr[1] * al[1] + ls[1];
+#pragma unroll
+            for (int n = 0; n < DN; n++) {
+                o[n][0] *= al[0];
+                o[n][1] *= al[0];
+                o[n][2] *= al[1];
+                o[n][3] *= al[1];
+            }
+#pragma unroll
+            for (int kk = 0; kk < PFM_K / 16; kk++) { /* S's fragments of n-tiles 2kk, 2kk+1 are P's A operand */
+                const uint32_t pf[4] = {h2pack(s[2 * kk][0], s[2 * kk][1]), h2pack(s[2 * kk][2], s[2 * kk][3]),
+                                        h2pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                        h2pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+                for (int n = 0; n < DN; n += 2) { /* matrices: keys kk*16, +8 x dims of n-tiles n, n + 1 */
+                    uint32_t b[4];
+                    ldsm4<true>(b, vb + (uint32_t)(((kk * 16 + (mi & 1) * 8 + mrow) * LD + n * 8 + (mi >> 1) * 8) * 2));
+                    mma_f16(o[n], pf, b[0], b[1]);
+                    mma_f16(o[n + 1], pf, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); /* every warp is done with this stage before tile t + 2 is copied into it */
+    }
+    if (!busy) return;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        lr[r] += __shfl_xor_sync(0xffffffffu, lr[r], 1);
+        lr[r] += __shfl_xor_sync(0xffffffffu, lr[r], 2);
+    }
+    const float ia = 1.0f / lr[0], ib = 1.0f / lr[1];
+    const size_t od = (size_t)a.n_head * HD;
+#pragma unroll
+    for (int n = 0; n < DN; n++) {
+        const int d = h * HD + n * 8 + 2 * c;
+        if (ra < a.n_tok) *(__half2 *)(out + (size_t)ra * od + d) = __floats2half2_rn(o[n][0] * ia, o[n][1] * ia);
+        if (rb < a.n_tok) *(__half2 *)(out + (size_t)rb * od + d) = __floats2half2_rn(o[n][2] * ib, o[n][3] * ib);
+    }
+}
+
+template <int HD> static int pfm_launch(const rl_att_args *a, __half *out, cudaStream_t st) {
+    const size_t smem = pfm_smem<HD>();
+    cudaError_t err = cudaFuncSetAttribute(attention_prefill_mma_kernel<HD>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) return (int)err;
+    dim3 grid((a->n_tok + PFM_Q - 1) / PFM_Q, a->n_head);
+    attention_prefill_mma_kernel<HD><<<grid, 128, smem, st>>>(*a, out);
+    return (int)cudaGetLastError();
+}
+
+bool rl_attention_prefill_mma(const rl_att_args *a) {
+    return !a->kd && (a->hd == 64 || a->hd == 80 || a->hd == 96 || a->hd == 128);
+}
+
+int rl_attention_prefill_launch(const rl_att_args *a, __half *out, bool mma, cudaStream_t st) {
+    if (mma && rl_attention_prefill_mma(a)) switch (a->hd) {
+        case 64: return pfm_launch<64>(a, out, st);
+        case 80: return pfm_launch<80>(a, out, st);
+        case 96: return pfm_launch<96>(a, out, st);
+        default: return pfm_launch<128>(a, out, st);
+        }
     if (a->hd > PF_DMAX || a->hd % 2) return (int)cudaErrorInvalidValue;
     size_t smem = (size_t)(32 * (a->hd + 1) + 32 * a->hd + PF_Q * a->hd) * sizeof(float);
     if (smem > 48 * 1024) { /* per call: cheap, and right for whichever device is current */

@@ -21,6 +21,14 @@ struct dlayer {
     const float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm;
 };
 
+/* --profile's timing events: one after every step; step i ran between ev[i] and ev[i + 1]. */
+struct prof_marks {
+    int n, cap;
+    cudaEvent_t *ev;     /* [cap + 1] */
+    const char **label;  /* [cap] step names (static strings) */
+    double *bytes;       /* [cap] bytes read; < 0: the layer's KV cache at pos */
+};
+
 struct rl_cuda {
     const rl_model *m;
     int n_sm;
@@ -69,14 +77,11 @@ struct rl_cuda {
     unsigned long long *pk_trace; /* RL_CUDA_PERSIST_TRACE: the last token's barrier times */
     char *pk_trace_file;          /* a copy of the variable's value when the trace was set up */
     char pk_why[200];             /* why it is off */
-    /* --profile: a second graph with a timing event after every step (marks) */
-    bool prof_on, prof_cap;
+    /* --profile: a second graph with a timing event after every step (marks); a fast prefill
+     * records the same events on its stream while profiling (pf_marks) */
+    bool prof_on, prof_cap, pf_marks;
     cudaGraphExec_t pgraph;
-    int n_marks;
-    cudaEvent_t *pev;      /* [max_marks + 1] */
-    const char **plabel;   /* [max_marks] step names (static strings) */
-    double *pbytes;        /* [max_marks] bytes read; < 0: the layer's KV cache at pos */
-    int max_marks;
+    prof_marks gm, pm;     /* the profile graph's marks; the profiled fast prefill's */
     rl_prof_row prow[16];
     size_t n_prow;
     /* fast prefill (prefill_fast): cuBLAS, and buffers for chunks of pf_chunk tokens, made at
@@ -92,15 +97,18 @@ struct rl_cuda {
     size_t plg_rows;
     __half *pa16;     /* [chunk][max(n_embd, q_dim, n_ff)] GEMM input */
     __half *patt;     /* [chunk][q_dim] attention output */
-    __half *pw16;     /* [pw16_elems] one weight matrix (or LM-head slab) expanded to fp16 */
+    __half *pw16;     /* [pw16_elems] one GEMM's weights (q|k|v, gate|up, ...) or an LM-head slab in fp16 */
 };
 
-/* Ends a profiled step (a no-op outside the profile capture). */
+/* Ends a profiled step: in the profile graph's capture a graph node, in a profiled fast prefill
+ * an event on the stream; a no-op otherwise. */
 static void mark(rl_cuda *c, const char *label, double bytes) {
-    if (!c->prof_cap || c->n_marks >= c->max_marks) return;
-    c->plabel[c->n_marks] = label;
-    c->pbytes[c->n_marks] = bytes;
-    cudaEventRecordWithFlags(c->pev[++c->n_marks], c->st, cudaEventRecordExternal);
+    prof_marks *m = c->prof_cap ? &c->gm : c->pf_marks ? &c->pm : NULL;
+    if (!m || m->n >= m->cap) return;
+    m->label[m->n] = label;
+    m->bytes[m->n] = bytes;
+    if (c->prof_cap) cudaEventRecordWithFlags(m->ev[++m->n], c->st, cudaEventRecordExternal);
+    else cudaEventRecord(m->ev[++m->n], c->st);
 }
 
 static double dmat_bytes(const rl_dmat *w) { return (double)w->rows * (double)(w->q_row + w->s_row); }
@@ -157,6 +165,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */
         knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e) || /* streamed matvec (mvs.cu); unset: mvs_for */
         knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
+        knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
         return -1;
     return 0;
@@ -374,8 +383,8 @@ static int enqueue(rl_cuda *c, int ns, int head, rl_err *e) {
     bool pdl = c->knobs.pdl == 1;
     c->launches = 0;
     c->streamed = 0;
-    c->n_marks = 0;
-    if (c->prof_cap) cudaEventRecordWithFlags(c->pev[0], c->st, cudaEventRecordExternal);
+    c->gm.n = 0;
+    if (c->prof_cap) cudaEventRecordWithFlags(c->gm.ev[0], c->st, cudaEventRecordExternal);
     rl_deq_rows_launch(&c->emb, c->io->toks, 0, ns, c->x, false, c->st); /* the first node: a plain launch */
     c->launches++;
     mark(c, "embed", (double)c->emb.q_row + (double)c->emb.s_row);
@@ -527,11 +536,13 @@ static void cuda_free(void *impl) {
         for (cudaGraphExec_t g : gs)
             if (g) cudaGraphExecDestroy(g);
     if (c->pgraph) cudaGraphExecDestroy(c->pgraph);
-    for (int i = 0; c->pev && i <= c->max_marks; i++)
-        if (c->pev[i]) cudaEventDestroy(c->pev[i]);
-    free(c->pev);
-    free(c->plabel);
-    free(c->pbytes);
+    for (prof_marks *m : {&c->gm, &c->pm}) {
+        for (int i = 0; m->ev && i <= m->cap; i++)
+            if (m->ev[i]) cudaEventDestroy(m->ev[i]);
+        free(m->ev);
+        free(m->label);
+        free(m->bytes);
+    }
     rl_gemm_close(c->gemm); /* before its stream goes */
     if (c->st) cudaStreamDestroy(c->st);
     cudaFree(c->parena);
@@ -554,19 +565,20 @@ static size_t cuda_kv_read(const void *impl, size_t pos) {
     return (size_t)((double)c->m->cfg.n_layer * (double)(pos + 1) * kv_row_bytes(c));
 }
 
-/* Adds the step times of the token just launched (profile graph) to the table. */
-static int prof_collect(rl_cuda *c, size_t pos, rl_err *e) {
+/* Adds the step times of what m marked (the token just launched by the profile graph, or a
+ * prefill chunk) to the table. */
+static int prof_collect(rl_cuda *c, const prof_marks *m, size_t pos, rl_err *e) {
     CK(cudaStreamSynchronize(c->st));
-    for (int i = 0; i < c->n_marks; i++) {
+    for (int i = 0; i < m->n; i++) {
         float ms = 0;
-        CK(cudaEventElapsedTime(&ms, c->pev[i], c->pev[i + 1]));
-        double bytes = c->pbytes[i] >= 0 ? c->pbytes[i] : (double)(pos + 1) * kv_row_bytes(c);
+        CK(cudaEventElapsedTime(&ms, m->ev[i], m->ev[i + 1]));
+        double bytes = m->bytes[i] >= 0 ? m->bytes[i] : (double)(pos + 1) * kv_row_bytes(c);
         size_t r = 0;
-        while (r < c->n_prow && strcmp(c->prow[r].name, c->plabel[i])) r++;
+        while (r < c->n_prow && strcmp(c->prow[r].name, m->label[i])) r++;
         if (r == c->n_prow) {
             if (r == sizeof c->prow / sizeof *c->prow) continue;
             memset(&c->prow[r], 0, sizeof c->prow[r]);
-            snprintf(c->prow[r].name, sizeof c->prow[r].name, "%s", c->plabel[i]);
+            snprintf(c->prow[r].name, sizeof c->prow[r].name, "%s", m->label[i]);
             c->n_prow++;
         }
         c->prow[r].calls++;
@@ -576,24 +588,34 @@ static int prof_collect(rl_cuda *c, size_t pos, rl_err *e) {
     return 0;
 }
 
+/* Events and tables of cap marks, once (kept on failure, freed with the backend, so a retry
+ * does not leak). */
+static int marks_alloc(prof_marks *m, int cap, rl_err *e) {
+    if (!m->ev) {
+        m->ev = (cudaEvent_t *)calloc((size_t)cap + 1, sizeof *m->ev);
+        m->label = (const char **)calloc((size_t)cap, sizeof *m->label);
+        m->bytes = (double *)calloc((size_t)cap, sizeof *m->bytes);
+        if (!m->ev || !m->label || !m->bytes) return rl_fail(e, "out of memory");
+        m->cap = cap;
+    }
+    for (int i = 0; i <= m->cap; i++)
+        if (!m->ev[i]) CK(cudaEventCreate(&m->ev[i]));
+    return 0;
+}
+
 static int cuda_profile(void *impl, bool on, rl_err *e) {
     rl_cuda *c = (rl_cuda *)impl;
     c->n_prow = 0;
+    c->pf_marks = false;
     if (!on) {
         c->prof_on = false;
         return 0;
     }
+    /* a token's steps: at most 8 per layer; a prefill chunk's: 13 per layer */
+    if (marks_alloc(&c->gm, (int)(c->m->cfg.n_layer * 8 + 8), e) ||
+        marks_alloc(&c->pm, (int)(c->m->cfg.n_layer * 13 + 8), e))
+        return -1;
     if (!c->pgraph) {
-        if (!c->pev) { /* kept on failure (freed with the backend), so a retry does not leak */
-            int n = (int)(c->m->cfg.n_layer * 8 + 8);
-            c->pev = (cudaEvent_t *)calloc((size_t)n + 1, sizeof *c->pev);
-            c->plabel = (const char **)calloc((size_t)n, sizeof *c->plabel);
-            c->pbytes = (double *)calloc((size_t)n, sizeof *c->pbytes);
-            if (!c->pev || !c->plabel || !c->pbytes) return rl_fail(e, "out of memory");
-            c->max_marks = n;
-        }
-        for (int i = 0; i <= c->max_marks; i++)
-            if (!c->pev[i]) CK(cudaEventCreate(&c->pev[i]));
         c->prof_cap = true;
         size_t launches = c->launches, streamed = c->streamed;
         int rc = capture_into(c, &c->pgraph, 1, 1, e);
@@ -626,7 +648,7 @@ static int pf_alloc(rl_cuda *c, rl_err *e) {
     size_t P = c->pf_chunk, D = cfg->n_embd, F = cfg->n_ff, Q = c->q_dim, KV = c->kv_dim;
     size_t wide = D > Q ? D : Q;
     wide = wide > F ? wide : F;
-    size_t w = F * D > Q * D ? F * D : Q * D; /* the largest layer matrix */
+    size_t w = 2 * F * D > (Q + 2 * KV) * D ? 2 * F * D : (Q + 2 * KV) * D; /* gate|up or q|k|v */
     c->pw16_elems = w; /* the LM head goes through in slabs of w / n_embd rows */
     size_t off = 0;
     size_t o_tok = off; off = align256(off + P * 4);
@@ -664,19 +686,33 @@ static int pf_alloc(rl_cuda *c, rl_err *e) {
                                 cudaGetErrorString((cudaError_t)st_));                         \
     } while (0)
 
-/* C[t][.] (+)= A[t] . W rows: F16 weights are the GEMM's operand as they lie in the arena; any
- * other type is expanded to fp16 in pw16 first. */
-static int pf_gemm(rl_cuda *c, const rl_dmat *w, const __half *A, int lda, int N, float *C, int ldc,
-                   float beta, const char *what, rl_err *e) {
-    const __half *W = (const __half *)w->q;
-    if (w->type != RL_F16) {
-        int st = rl_deq_rows_launch(w, NULL, 0, w->rows, c->pw16, true, c->st);
-        if (st) return rl_fail(e, "CUDA: fast prefill: %s expansion failed (status %d: %s)", what, st,
-                               cudaGetErrorString(cudaGetLastError()));
+/* C[t][.] (+)= A[t] . W rows, W the rows of nw matrices of one width one after the other (q|k|v,
+ * gate|up: one GEMM, whose tiles cuBLAS fills better than three small ones). F16 weights that lie
+ * so in the arena (put_mat uploads a layer's matrices in that order) are the GEMM's operand in
+ * place; any other type is expanded to fp16 in pw16 first, matrix after matrix. */
+static int pf_gemm(rl_cuda *c, const rl_dmat *const *w, int nw, const __half *A, int lda, int N, float *C,
+                   int ldc, float beta, const char *what, const char *gemm_label, rl_err *e) {
+    const __half *W = (const __half *)w[0]->q;
+    int rows = 0;
+    bool in_place = true;
+    for (int i = 0; i < nw; i++) {
+        in_place = in_place && w[i]->type == RL_F16 && w[i]->q == w[0]->q + (size_t)rows * w[0]->q_row;
+        rows += w[i]->rows;
+    }
+    if (!in_place) {
+        double bytes = 0;
+        for (int i = 0, r = 0; i < nw; r += w[i]->rows, i++) {
+            int st = rl_deq_rows_launch(w[i], NULL, 0, w[i]->rows, c->pw16 + (size_t)r * w[0]->cols, true, c->st);
+            if (st) return rl_fail(e, "CUDA: fast prefill: %s expansion failed (status %d: %s)", what, st,
+                                   cudaGetErrorString(cudaGetLastError()));
+            bytes += dmat_bytes(w[i]) + 2.0 * w[i]->rows * w[i]->cols; /* read, and written in fp16 */
+        }
+        mark(c, "expansion to fp16", bytes);
         W = c->pw16;
     }
-    int st = rl_gemm_f16(c->gemm, W, w->rows, w->cols, A, lda, N, C, ldc, beta);
+    int st = rl_gemm_f16(c->gemm, W, rows, w[0]->cols, A, lda, N, C, ldc, beta);
     if (st) return rl_fail(e, "CUDA: fast prefill: %s GEMM failed (cuBLAS status %d)", what, st);
+    mark(c, gemm_label, 2.0 * rows * w[0]->cols);
     return 0;
 }
 
@@ -686,13 +722,13 @@ static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
     const int N = (int)n, NQKV = Q + 2 * KV;
     cudaStream_t st = c->st;
     PK(rl_deq_rows_launch(&c->emb, c->ptok, 0, N, c->px, false, st), "embedding");
+    mark(c, "embedding", 0);
     for (size_t l = 0; l < cfg->n_layer; l++) {
         const dlayer *L = &c->lay[l];
         PK(rl_rmsnorm_f16_launch(c->px, D, N, L->attn_norm, cfg->norm_eps, c->pa16, D, st), "attn_norm");
-        if (pf_gemm(c, &L->wq, c->pa16, D, N, c->pqkv, NQKV, 0.0f, "wq", e) ||
-            pf_gemm(c, &L->wk, c->pa16, D, N, c->pqkv + Q, NQKV, 0.0f, "wk", e) ||
-            pf_gemm(c, &L->wv, c->pa16, D, N, c->pqkv + Q + KV, NQKV, 0.0f, "wv", e))
-            return -1;
+        mark(c, "RMSNorm to fp16", 0);
+        const rl_dmat *qkv[3] = {&L->wq, &L->wk, &L->wv}, *gu[2] = {&L->wg, &L->wu};
+        if (pf_gemm(c, qkv, 3, c->pa16, D, N, c->pqkv, NQKV, 0.0f, "q|k|v", "GEMM q|k|v", e)) return -1;
         rl_att_args t;
         att_layer(c, l, &t);
         t.q = c->pqkv;
@@ -704,16 +740,20 @@ static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
         t.bq = L->bq;
         t.bk = L->bk;
         t.bv = L->bv;
-        rl_rope_kv_launch(&t, false, st);
+        rl_rope_kv_prefill_launch(&t, st);
         PK((int)cudaGetLastError(), "rope + KV write");
-        PK(rl_attention_prefill_launch(&t, c->patt, st), "attention");
-        if (pf_gemm(c, &L->wo, c->patt, Q, N, c->px, D, 1.0f, "wo", e)) return -1;
+        mark(c, "RoPE + KV write", 0);
+        PK(rl_attention_prefill_launch(&t, c->patt, c->knobs.pf_mma != 0, st), "attention");
+        mark(c, "attention", 0);
+        const rl_dmat *wo = &L->wo;
+        if (pf_gemm(c, &wo, 1, c->patt, Q, N, c->px, D, 1.0f, "wo", "GEMM wo (+ residual)", e)) return -1;
         PK(rl_rmsnorm_f16_launch(c->px, D, N, L->ffn_norm, cfg->norm_eps, c->pa16, D, st), "ffn_norm");
-        if (pf_gemm(c, &L->wg, c->pa16, D, N, c->pgu, 2 * F, 0.0f, "gate", e) ||
-            pf_gemm(c, &L->wu, c->pa16, D, N, c->pgu + F, 2 * F, 0.0f, "up", e))
-            return -1;
+        mark(c, "RMSNorm to fp16", 0);
+        if (pf_gemm(c, gu, 2, c->pa16, D, N, c->pgu, 2 * F, 0.0f, "gate|up", "GEMM gate|up", e)) return -1;
         PK(rl_silu_mul_f16_launch(c->pgu, F, N, c->pa16, st), "SwiGLU");
-        if (pf_gemm(c, &L->wd, c->pa16, F, N, c->px, D, 1.0f, "down", e)) return -1;
+        mark(c, "SwiGLU to fp16", 0);
+        const rl_dmat *wd = &L->wd;
+        if (pf_gemm(c, &wd, 1, c->pa16, F, N, c->px, D, 1.0f, "down", "GEMM down (+ residual)", e)) return -1;
     }
     return 0;
 }
@@ -765,13 +805,20 @@ static int prefill_fast(rl_cuda *c, const int32_t *tokens, size_t S, size_t pos,
                         bool all_logits, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
     size_t nv = cfg->n_vocab;
+    c->pf_marks = false; /* an earlier call that failed midway may have left it set */
     for (size_t s0 = 0; s0 < S; s0 += c->pf_chunk) {
         size_t n = S - s0 < c->pf_chunk ? S - s0 : c->pf_chunk;
         /* stream-ordered: the previous chunk's embedding may not have read ptok yet */
         CK(cudaMemcpyAsync(c->ptok, tokens + s0, n * sizeof(int32_t), cudaMemcpyHostToDevice, c->st));
+        if (c->prof_on) { /* --profile: events between the steps, summed per chunk */
+            c->pf_marks = true;
+            c->pm.n = 0;
+            CK(cudaEventRecord(c->pm.ev[0], c->st));
+        }
         if (pf_chunk_run(c, n, pos + s0, e)) return -1;
         if (logits && all_logits) {
             if (pf_all_logits(c, n, logits + s0 * nv, e)) return -1;
+            mark(c, "LM head, every token", 0);
         } else if (s0 + n == S) { /* the last token's logits: decoding's final norm + LM head */
             size_t launches = c->launches, streamed = c->streamed;
             int rc = 0;
@@ -783,7 +830,12 @@ static int prefill_fast(rl_cuda *c, const int32_t *tokens, size_t S, size_t pos,
             c->streamed = streamed;
             if (rc) return rl_fail(e, "CUDA: fast prefill: LM head launch failed");
             rl_argmax_launch(c->logits, (int)nv, c->amax, false, c->st);
+            mark(c, "norm + LM head + argmax", dmat_bytes(&c->out));
             if (copy_logits(c, 0, 1, logits, e)) return -1;
+        }
+        if (c->pf_marks) {
+            c->pf_marks = false;
+            if (prof_collect(c, &c->pm, 0, e)) return -1;
         }
     }
     CK(cudaStreamSynchronize(c->st));
@@ -802,7 +854,7 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
     for (size_t i = 0; i < S; i++)
         if (tokens[i] < 0 || (size_t)tokens[i] >= nv)
             return rl_fail(e, "token id %d at index %zu is out of range [0, %zu)", tokens[i], i, nv);
-    if (S > 1 && c->gemm && !c->prof_on) return prefill_fast(c, tokens, S, pos, logits, all_logits, e);
+    if (S > 1 && c->gemm) return prefill_fast(c, tokens, S, pos, logits, all_logits, e);
     if (!c->graph && capture(c, e)) return -1;
     /* exact: chunks of 16, 8, 4 tokens (as -b allows), the rest one by one; every size gives
      * decoding's bits */
@@ -828,7 +880,7 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
         for (size_t i = 0; i < ns; i++) h->toks[i] = tokens[s + i];
         CK(cudaMemcpyAsync(c->io, h, sizeof *h, cudaMemcpyHostToDevice, c->st));
         CK(cudaGraphLaunch(gi >= 0 ? c->cgraph[all][gi] : c->prof_on ? c->pgraph : c->graph, c->st));
-        if (c->prof_on && prof_collect(c, pos + s, e)) return -1;
+        if (c->prof_on && prof_collect(c, &c->gm, pos + s, e)) return -1;
         if (logits && (all_logits || s + ns == S)) {
             size_t first = all_logits ? 0 : ns - 1; /* every row, or the last */
             if (copy_logits(c, first, ns - first, logits + (all_logits ? s * nv : 0), e)) return -1;
@@ -1167,6 +1219,43 @@ extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_er
         if (cudaDeviceSynchronize() || cudaMemcpy(out, dout, 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: argmax test failed: %s", cudaGetErrorString(cudaGetLastError()));
     }
+    cudaFree(dv);
+    cudaFree(dout);
+    return rc;
+}
+
+extern "C" int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head,
+                                              int n_head_kv, int hd, int n_tok, int pos0, bool mma, uint16_t *out,
+                                              bool *used, rl_err *e) {
+    const size_t nq = (size_t)n_tok * n_head * hd, nkv = (size_t)(pos0 + n_tok) * n_head_kv * hd;
+    float *dq = NULL;
+    uint16_t *dk = NULL, *dv = NULL;
+    __half *dout = NULL;
+    int rc = 0;
+    if (cudaMalloc(&dq, nq * 4) || cudaMalloc(&dk, nkv * 2) || cudaMalloc(&dv, nkv * 2) ||
+        cudaMalloc(&dout, nq * 2) || cudaMemcpy(dq, q, nq * 4, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dk, kc, nkv * 2, cudaMemcpyHostToDevice) || cudaMemcpy(dv, vc, nkv * 2, cudaMemcpyHostToDevice))
+        rc = rl_fail(e, "CUDA: prefill attention test setup failed");
+    if (!rc) {
+        rl_att_args a;
+        memset(&a, 0, sizeof a);
+        a.q = dq;
+        a.kc = dk;
+        a.vc = dv;
+        a.n_head = n_head;
+        a.n_head_kv = n_head_kv;
+        a.hd = hd;
+        a.n_tok = n_tok;
+        a.tok_stride = n_head * hd;
+        a.pos0 = pos0;
+        *used = mma && rl_attention_prefill_mma(&a);
+        int st = rl_attention_prefill_launch(&a, dout, mma, 0);
+        if (st || cudaDeviceSynchronize() || cudaMemcpy(out, dout, nq * 2, cudaMemcpyDeviceToHost))
+            rc = rl_fail(e, "CUDA: prefill attention test failed: %s",
+                         cudaGetErrorString(st ? (cudaError_t)st : cudaGetLastError()));
+    }
+    cudaFree(dq);
+    cudaFree(dk);
     cudaFree(dv);
     cudaFree(dout);
     return rc;

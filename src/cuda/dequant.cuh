@@ -2,7 +2,8 @@
  * row to fp32, in the C reference's operation order (no FMA contraction), so a dequantised
  * value equals the CPU's. Shared by the matvec (its fp32 fallback), the embedding lookup and
  * the fast prefill's fp16 weight expansion (prefill.cu); also the CPU's int8 rounding of 32
- * values, which the activations and the q8 KV cache share. Device code only. */
+ * values, which the activations and the q8 KV cache share, and the RoPE rotation. Device
+ * code only. */
 #ifndef RL_CUDA_DEQUANT_CUH
 #define RL_CUDA_DEQUANT_CUH
 
@@ -28,6 +29,18 @@ __device__ __forceinline__ float i8_scale(float amax, float *id) {
     return d;
 }
 __device__ __forceinline__ int i8_round(float v, float id) { return __float2int_rn(__fmul_rn(v, id)); }
+
+/* Llama RoPE of the pair (x0, x1) at position pos with frequency f, in the CPU reference's
+ * order: separate rounded products, then one subtraction and one addition (lesson 6: a
+ * contracted c*x0 - s*x1 forked near-tie tokens). rope_kv, its prefill form and the QKV
+ * matvec's folded epilogue all rotate through this. */
+__device__ __forceinline__ void rope_rot(float &x0, float &x1, int pos, float f) {
+    const float th = __fmul_rn((float)pos, f);
+    const float cs = cosf(th), sn = sinf(th);
+    const float m0 = __fmul_rn(x0, cs), m1 = __fmul_rn(x1, sn), m2 = __fmul_rn(x0, sn), m3 = __fmul_rn(x1, cs);
+    x0 = __fsub_rn(m0, m1);
+    x1 = __fadd_rn(m2, m3);
+}
 __device__ __forceinline__ float ldh(const uint8_t *p) {
     return h2f((uint16_t)(p[0] | (p[1] << 8)));
 }

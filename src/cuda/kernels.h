@@ -153,6 +153,8 @@ struct rl_cuda_knobs {
     int mvx;             /* exact chunks of Q4_0 / Q8_0 with 8-bit activations on int8 tensor
                             cores (mvx.cu; RL_CUDA_MVX: 1 default, 0 the dp4a chunk kernel);
                             the same bits either way */
+    int pf_mma;          /* the fast prefill's attention on fp16 tensor cores where it applies
+                            (RL_CUDA_PF_MMA: 1 default, 0 the fp32 CUDA-core kernel) */
 };
 
 /* Launches one matvec (or one per segment when their types differ, or gate then up when the
@@ -234,6 +236,9 @@ __host__ __device__ inline int rl_att_split_len(int split, int max_split, int n_
 
 /* q/k norm, RoPE, and the f16 write of k and v at io->pos (one launch). */
 void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
+/* The same for the fast prefill's a->n_tok tokens at pos0..: one thread per pair where no q/k
+ * norm and no q8 cache asks for rope_kv's block per head and token. Check cudaGetLastError. */
+void rl_rope_kv_prefill_launch(const rl_att_args *a, cudaStream_t st);
 /* Split-K flash decode over positions [0, pos]; the last split of each head to finish merges
  * the partials in split order (one launch). With n_tok > 1 (an exact chunk), token z attends
  * over [0, pos + z] with its own q (tok_stride apart), output (q_dim apart), partials and
@@ -246,9 +251,12 @@ size_t rl_attention_smem(const rl_att_args *a);
 int rl_attention_prepare(const rl_att_args *a);
 
 /* Causal attention of a.n_tok queries at positions a.pos0.. (roped q at a.tok_stride apart)
- * over the cache; out: [n_tok][n_head * hd] fp16, the next GEMM's input. hd <= 256 (else
- * cudaErrorInvalidValue); returns cudaError_t. */
-int rl_attention_prefill_launch(const rl_att_args *a, __half *out, cudaStream_t st);
+ * over the cache; out: [n_tok][n_head * hd] fp16, the next GEMM's input. mma: on the tensor
+ * cores where rl_attention_prefill_mma says it applies (an f16 cache, hd 64, 80, 96 or 128),
+ * else (and with mma false) fp32 on the CUDA cores, hd <= 256 (else cudaErrorInvalidValue);
+ * returns cudaError_t. */
+bool rl_attention_prefill_mma(const rl_att_args *a);
+int rl_attention_prefill_launch(const rl_att_args *a, __half *out, bool mma, cudaStream_t st);
 
 /* ---- the persistent decode kernel (persist.cu) ------------------------------------------------
  * Every layer of one decoding token in one launch: per layer the phases QKV matvec (RoPE and the

@@ -678,12 +678,7 @@ __device__ __forceinline__ void mv_epilogue(const rl_mv_args &a, const mv_task &
         if (t.rb >= 0) vb = vb + sg.bias[t.rb];
     }
     if (sg.rope && t.ra % a.hd < a.rope_dim) {
-        int d = t.ra % a.hd;
-        float th = __fmul_rn((float)(pos + s), a.inv_freq[d / 2]);
-        float cs = cosf(th), sn = sinf(th);
-        float m0 = __fmul_rn(va, cs), m1 = __fmul_rn(vb, sn), m2 = __fmul_rn(va, sn), m3 = __fmul_rn(vb, cs);
-        va = __fsub_rn(m0, m1);
-        vb = __fadd_rn(m2, m3);
+        rope_rot(va, vb, pos + s, a.inv_freq[t.ra % a.hd / 2]);
     }
     mv_store<CG>(a, sg, t.ra, va, pos + s, s);
     if (t.rb >= 0) mv_store<CG>(a, sg, t.rb, vb, pos + s, s);

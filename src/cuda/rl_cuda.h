@@ -29,6 +29,13 @@ int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t rows, size_t 
                               size_t ns, float *y, rl_err *e);
 /* Whether the type's GPU matvec has the 8-bit-activation path. */
 bool rl_cuda_has_q8(uint32_t type);
+/* The fast prefill's causal attention: n_tok queries at positions pos0.. (q: [n_tok][n_head *
+ * hd] fp32, roped) over an f16 cache of pos0 + n_tok positions (kc, vc: [pos][n_head_kv * hd]
+ * fp16 bits); out: [n_tok][n_head * hd] fp16 bits. mma: the tensor-core kernel where it applies
+ * (*used says whether it ran), else the fp32 one. */
+int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head,
+                                   int n_head_kv, int hd, int n_tok, int pos0, bool mma, uint16_t *out,
+                                   bool *used, rl_err *e);
 /* Index of the first maximum of v[0..n) computed on the GPU. */
 int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e);
 

@@ -3,7 +3,7 @@
  * reference dequantiser), over several shapes; RQ2 under both of its code decoders
  * (RL_CUDA_RQ2_LUT=0 and 1), and the streamed types (F16, BF16, Q8_0, Q4_0) under both matvec
  * kernels (RL_CUDA_MVS=1 and 0), which must also agree bit for bit; the argmax's first-max tie
- * rule. Without a device it says so and exits 77 (skipped). */
+ * rule; the fast prefill's attention kernels. Without a device it says so and exits 77 (skipped). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,6 +194,64 @@ static void test_argmax(void) {
     free(v);
 }
 
+/* The fast prefill's attention against a float64 causal softmax over the same fp16 cache and
+ * fp32 q: queries that do not fill the last 64-query tile, a start past 0 that is no multiple
+ * of the key tile, grouped heads, every head size the tensor-core kernel has and one it lacks
+ * (256: the fp32 kernel). The bound is the fast class's: the tensor-core kernel rounds q and
+ * the softmax weights to fp16; the output itself is fp16. Both kernels, twice: same bytes. */
+static void test_prefill_attention(void) {
+    const int cases[][5] = {/* n_head, n_head_kv, hd, n_tok, pos0 */
+                            {4, 1, 64, 100, 0}, {4, 2, 128, 200, 37}, {2, 2, 80, 65, 130}, {3, 1, 96, 1, 63},
+                            {8, 8, 128, 512, 0}, {2, 1, 256, 70, 5}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], nt = cases[ci][3], p0 = cases[ci][4];
+        const size_t nq = (size_t)nt * nh * hd, kvd = (size_t)nkv * hd, nkv_all = (size_t)(p0 + nt) * kvd;
+        float *q = malloc(nq * sizeof *q);
+        uint16_t *kc = malloc(nkv_all * 2), *vc = malloc(nkv_all * 2), *o1 = malloc(nq * 2), *o2 = malloc(nq * 2);
+        double *sc = malloc((size_t)(p0 + nt) * sizeof *sc);
+        for (size_t i = 0; i < nq; i++) q[i] = 2.0f * frand();
+        for (size_t i = 0; i < nkv_all; i++) {
+            kc[i] = rl_f32_to_f16(frand());
+            vc[i] = rl_f32_to_f16(frand());
+        }
+        for (int mma = 1; mma >= 0; mma--) {
+            rl_err e = {{0}};
+            bool used = false;
+            CHECK(rl_cuda_test_prefill_attention(q, kc, vc, nh, nkv, hd, nt, p0, mma, o1, &used, &e) == 0, "%s", e.msg);
+            CHECK(rl_cuda_test_prefill_attention(q, kc, vc, nh, nkv, hd, nt, p0, mma, o2, &used, &e) == 0, "%s", e.msg);
+            CHECK(!memcmp(o1, o2, nq * 2), "prefill attention hd %d: two runs differ", hd);
+            double worst = 0;
+            for (int s = 0; s < nt; s++)
+                for (int h = 0; h < nh; h++) {
+                    const float *qr = q + ((size_t)s * nh + h) * hd;
+                    const size_t ko = (size_t)(h / (nh / nkv)) * hd;
+                    double mx = -INFINITY, l = 0;
+                    for (int p = 0; p <= p0 + s; p++) {
+                        double d = 0;
+                        for (int j = 0; j < hd; j++) d += (double)qr[j] * rl_f16_to_f32(kc[p * kvd + ko + j]);
+                        sc[p] = d / sqrt((double)hd);
+                        if (sc[p] > mx) mx = sc[p];
+                    }
+                    for (int p = 0; p <= p0 + s; p++) l += sc[p] = exp(sc[p] - mx);
+                    for (int j = 0; j < hd; j++) {
+                        double want = 0;
+                        for (int p = 0; p <= p0 + s; p++) want += sc[p] * rl_f16_to_f32(vc[p * kvd + ko + j]);
+                        want /= l;
+                        double got = rl_f16_to_f32(o1[((size_t)s * nh + h) * hd + j]), err = fabs(got - want);
+                        if (!(err <= worst)) worst = err; /* NaN sticks */
+                    }
+                }
+            const double bound = mma && used ? 1e-2 : 2e-3;
+            CHECK(worst <= bound, "prefill attention %s, heads %d/%d, hd %d, %d tokens at %d: max error %.3e > %g",
+                  used ? "mma" : "fp32", nh, nkv, hd, nt, p0, worst, bound);
+            CHECK(used == (mma && hd != 256), "prefill attention hd %d: mma kernel %s", hd, used ? "used" : "not used");
+            printf("prefill attention %-4s heads %d/%d hd %3d, %3d tokens at %3d: max abs error %.2e\n",
+                   used ? "mma" : "fp32", nh, nkv, hd, nt, p0, worst);
+        }
+        free(q); free(kc); free(vc); free(o1); free(o2); free(sc);
+    }
+}
+
 int main(void) {
     if (!rl_cuda_device_present()) {
         printf("test_cuda: no CUDA device, skipped\n");
@@ -221,5 +279,6 @@ int main(void) {
             for (int fast = 0; fast < 1 + rl_cuda_has_q8(types[t]); fast++)
                 test_chunk(types[t], cshapes[s][0], cshapes[s][1], (int)cshapes[s][2], (int)cshapes[s][3], fast);
     test_argmax();
+    test_prefill_attention();
     return check_report("test_cuda");
 }
