@@ -17,7 +17,7 @@ static void usage(FILE *out) {
         "  -n N        generation test of N tokens (0 skips it)\n"
         "  -r N        repetitions (median and standard deviation reported)\n"
         "  -d N        run both tests after N tokens of context (depth)\n"
-        "  -b N        tokens per forward chunk in prompt processing (default: CPU 64, GPU 512)\n"
+        "  -b N        tokens per forward chunk in prompt processing (default: CPU 64, GPU fast prefill 2048)\n"
         "  -t N        threads (default: all cores)\n"
         "  --json      one JSON object instead of the table\n"
         "  --exact     fp32 activations (no 8-bit activation fast path)\n"

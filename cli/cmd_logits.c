@@ -12,7 +12,7 @@ static void usage(FILE *out) {
         "                     [--kv-type f16|f32|q8] [--prefill exact|fast|auto]\n"
         "Feeds the ids at positions 0..n-1 (no BOS added) and writes float32 little-endian\n"
         "logits, n rows of n_vocab, row i after ids[0..i].\n"
-        "  -b, --batch N   tokens per forward chunk (default: CPU 64, GPU fast prefill 512)\n"
+        "  -b, --batch N   tokens per forward chunk (default: CPU 64, GPU fast prefill 2048)\n"
         "  --prefill M     exact (bit-identical to decoding token by token), fast (GPU: fp16\n"
         "                  tensor-core GEMMs, not the same bits) or auto (default: fast on the\n"
         "                  GPU unless --exact; the CPU is always exact)\n");

@@ -26,7 +26,7 @@ static void usage(FILE *out) {
         "                          [--save-logits BASE | --kl-divergence BASE]\n"
         "Prints [chunk]running-PPL as it goes and 'Final estimate: PPL = X +/- E'.\n"
         "  -c, --ctx-size N  tokens per chunk (default 512; with --kl-divergence, BASE's)\n"
-        "  -b, --batch N     tokens per forward chunk (default: CPU 64, GPU fast prefill 512)\n"
+        "  -b, --batch N     tokens per forward chunk (default: CPU 64, GPU fast prefill 2048)\n"
         "      --prefill M   exact (bit-identical to decoding token by token), fast (GPU: fp16\n"
         "                    tensor-core GEMMs, not the same bits) or auto (default: fast on\n"
         "                    the GPU unless --exact; the CPU is always exact)\n"
