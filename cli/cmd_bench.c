@@ -23,9 +23,9 @@ static void usage(FILE *out) {
         "  --exact     fp32 activations (no 8-bit activation fast path)\n"
         "  --no-ceiling skip measuring the memory read bandwidth\n"
         "  --profile   after the timed runs, time each step of the forward pass over another\n"
-        "              -n tokens (GPU only: a graph with an event after every step) and print\n"
-        "              its time, share of the token, bytes read and GB/s; with -p and the\n"
-        "              fast prefill, the same for one more prompt of -p tokens\n"
+        "              -n tokens (GPU: a graph with an event after every step; CPU: the wall\n"
+        "              clock) and print its time, share of the token, bytes read and GB/s;\n"
+        "              with -p, the same for one more prompt of -p tokens (CPU, GPU fast prefill)\n"
         "  --device D  cpu, cuda or auto (default)\n"
         "  --kv-type T f16 (default), f32 (CPU only), or q8 (8-bit blocks of 32) KV cache\n"
         "  --autotune  GPU: time tg (-n, -r, -d) while one pass of coordinate descent tries the\n"
@@ -213,14 +213,15 @@ int cmd_bench(int argc, char **argv) {
     co.n_ctx = need + 1;
     cli_session s;
     if (cli_session_open(&s, model, &co)) return 1;
-    /* the prompt is profiled where it runs as GEMMs (the GPU's fast prefill); exact prompts
-     * are decoding's steps, which the generation profile shows */
-    const bool prof_prompt = profile && np > 0 && !strncmp(s.be.prefill, "fast", 4);
+    /* the prompt is profiled where it runs as batches (the CPU, the GPU's fast prefill); the
+     * GPU's exact chunks are captured graphs without events, so there only decoding is */
+    const bool prof_prompt = profile && np > 0 && (s.be.device == RL_DEVICE_CPU || !strncmp(s.be.prefill, "fast", 4));
     if (profile && (!s.be.ops->profile || (ng < 1 && !prof_prompt))) {
         if (!s.be.ops->profile)
             fprintf(stderr, "rawloop: --profile: the %s backend has no per-kernel profile\n", s.be.name);
         else
-            fprintf(stderr, "rawloop: --profile needs a generation test (-n > 0) or a fast-prefill prompt (-p > 0)\n");
+            fprintf(stderr, "rawloop: --profile needs a generation test (-n > 0), or a prompt (-p > 0) on the CPU "
+                            "or with the GPU's fast prefill\n");
         cli_session_close(&s);
         return 1;
     }
@@ -346,9 +347,11 @@ int cmd_bench(int argc, char **argv) {
                s.be.numerics, reps);
         if (np > 0) printf("prompt processing: prefill %s\n", s.be.prefill);
         if (prof_prompt) {
-            printf("\nper-step profile of one prompt of %ld tokens at depth %ld (an event after every "
-                   "step; %.2f ms in all, %.0f tok/s):\n\n| step | calls | ms | %% of prompt | GB | GB/s |\n"
-                   "| --- | ---: | ---: | ---: | ---: | ---: |\n", np, depth, pprof_us / 1e3,
+            const char *how = s.be.device == RL_DEVICE_CPU ? "the wall clock after every step"
+                                                           : "an event after every step";
+            printf("\nper-step profile of one prompt of %ld tokens at depth %ld (%s; %.2f ms in all, "
+                   "%.0f tok/s):\n\n| step | calls | ms | %% of prompt | GB | GB/s |\n"
+                   "| --- | ---: | ---: | ---: | ---: | ---: |\n", np, depth, how, pprof_us / 1e3,
                    pprof_us > 0 ? np / (pprof_us * 1e-6) : 0);
             for (size_t i = 0; i < n_pprof; i++)
                 printf("| %s | %zu | %.3f | %.1f%% | %.2f | %.0f |\n", pprof[i].name, pprof[i].calls,
@@ -356,10 +359,12 @@ int cmd_bench(int argc, char **argv) {
                        pprof[i].us > 0 ? pprof[i].bytes / (pprof[i].us * 1e3) : 0);
         }
         if (profile && ng > 0) {
-            printf("\nper-step profile over %ld tokens at depth %ld (a graph with a timing event "
-                   "after every step; %.1f us/token in all):\n\n| step | calls/token | us/token "
-                   "| %% of token | MB/token | GB/s | %% of ceiling |\n| --- | ---: | ---: | ---: | "
-                   "---: | ---: | ---: |\n", ng, depth, prof_us / ng);
+            printf("\nper-step profile over %ld tokens at depth %ld (%s; %.1f us/token in all):\n\n"
+                   "| step | calls/token | us/token | %% of token | MB/token | GB/s | %% of ceiling |\n"
+                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n", ng, depth,
+                   s.be.device == RL_DEVICE_CPU ? "the wall clock after every step"
+                                                : "a graph with a timing event after every step",
+                   prof_us / ng);
             for (size_t i = 0; i < n_prof; i++) {
                 double g = prof[i].us > 0 ? prof[i].bytes / (prof[i].us * 1e3) : 0;
                 printf("| %s | %.0f | %.2f | %.1f%% | %.2f | %.0f | %.0f%% |\n", prof[i].name,

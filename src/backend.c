@@ -19,7 +19,17 @@ static double cpu_ceiling(void *impl) {
     return rl_measure_read_gbps(rl_cpu_n_threads(impl), (size_t)1 << 30, 5);
 }
 
-static const rl_backend_ops k_cpu_ops = {cpu_free, cpu_n_ctx, cpu_kv, cpu_forward, cpu_ceiling, NULL, NULL};
+static int cpu_profile(void *impl, bool on, rl_err *e) {
+    (void)e;
+    rl_cpu_profile(impl, on);
+    return 0;
+}
+static size_t cpu_profile_rows(void *impl, rl_prof_row *rows, size_t cap) {
+    return rl_cpu_profile_rows(impl, rows, cap);
+}
+
+static const rl_backend_ops k_cpu_ops = {cpu_free, cpu_n_ctx, cpu_kv, cpu_forward, cpu_ceiling, cpu_profile,
+                                         cpu_profile_rows};
 
 int rl_device_parse(const char *s, enum rl_device *out) {
     if (!strcmp(s, "cpu")) *out = RL_DEVICE_CPU;

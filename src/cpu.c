@@ -4,8 +4,10 @@
 #include "backend.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
@@ -42,6 +44,11 @@ struct rl_cpu {
     size_t pack_bytes;
     void (*observe)(void *ctx, size_t mat, const float *x, size_t S, size_t n); /* or NULL */
     void *observe_ctx;
+    /* bench --profile: the steps' summed wall-clock time; t0 is when the current step began */
+    bool prof;
+    double t0;
+    rl_prof_row prow[16];
+    size_t n_prow;
 };
 
 typedef struct pack_job {
@@ -228,6 +235,46 @@ size_t rl_cpu_max_batch(const rl_cpu *c) { return c->max_batch; }
 size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos) {
     return 2 * c->m->cfg.n_layer * (pos + 1) * c->kv_row;
 }
+
+/* ---- the per-step profile ---------------------------------------------------------------- */
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+void rl_cpu_profile(rl_cpu *c, bool on) {
+    c->prof = on;
+    c->n_prow = 0;
+}
+
+size_t rl_cpu_profile_rows(const rl_cpu *c, rl_prof_row *rows, size_t cap) {
+    size_t n = c->n_prow < cap ? c->n_prow : cap;
+    memcpy(rows, c->prow, n * sizeof *rows);
+    return n;
+}
+
+/* Ends a step of the forward pass that read `bytes` (a no-op unless profiling). */
+static void step(rl_cpu *c, const char *name, double bytes) {
+    if (!c->prof) return;
+    double t = now_us();
+    size_t r = 0;
+    while (r < c->n_prow && strcmp(c->prow[r].name, name)) r++;
+    if (r == c->n_prow && r < sizeof c->prow / sizeof *c->prow) {
+        memset(&c->prow[r], 0, sizeof c->prow[r]);
+        snprintf(c->prow[r].name, sizeof c->prow[r].name, "%s", name);
+        c->n_prow++;
+    }
+    if (r < c->n_prow) {
+        c->prow[r].calls++;
+        c->prow[r].us += t - c->t0;
+        c->prow[r].bytes += bytes;
+    }
+    c->t0 = t;
+}
+
+static double mat_bytes(const rl_matrix *w) { return (double)w->rows * (double)w->row_bytes; }
 
 /* ---- small fp32 helpers ---------------------------------------------------------------- */
 
@@ -477,10 +524,12 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
     const rl_config *cfg = &m->cfg;
     size_t D = cfg->n_embd, F = cfg->n_ff, hd = cfg->head_dim;
 
+    if (c->prof) c->t0 = now_us();
     for (size_t s = 0; s < S; s++)
         rl_dequant_row(m->tok_embd.type,
                        (const uint8_t *)m->tok_embd.data + (size_t)tok[s] * m->tok_embd.row_bytes,
                        c->x + s * D, D);
+    step(c, "embed", (double)S * m->tok_embd.row_bytes);
 
     for (size_t l = 0; l < cfg->n_layer; l++) {
         const rl_layer *L = &c->lay[l]; /* copies: repacked weights where packable */
@@ -488,11 +537,13 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
         for (size_t s = 0; s < S; s++)
             rmsnorm(c->xb + s * D, c->x + s * D, L->attn_norm, D, cfg->norm_eps);
         const rl_q8a *xq = quant_act(c, c->xb, S, D, (const rl_matrix *const[]){&L->wq, &L->wk, &L->wv}, 3, RL_CPU_MAT(l, 0));
+        step(c, "norm+quantize", 0);
         mm_job qkv = {0};
         job_add(c, &qkv, &L->wq, c->xb, xq, S, c->q, c->q_dim, false);
         job_add(c, &qkv, &L->wk, c->xb, xq, S, c->k, c->kv_dim, false);
         job_add(c, &qkv, &L->wv, c->xb, xq, S, c->v, c->kv_dim, false);
         run_job(c, &qkv);
+        step(c, "qkv", mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv));
 
         for (size_t s = 0; s < S; s++) {
             float *q = c->q + s * c->q_dim, *k = c->k + s * c->kv_dim, *v = c->v + s * c->kv_dim;
@@ -513,27 +564,35 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
             kv_store(c->kv_type, k, c->kc + off, c->kv_dim);
             kv_store(c->kv_type, v, c->vc + off, c->kv_dim);
         }
+        step(c, "rope+kv", 0);
         att_job aj = {c, l, pos, S};
         rl_pool_run(c->pool, att_worker, &aj);
+        step(c, "attention", 2.0 * (double)c->kv_row * ((double)S * (double)pos + (double)S * (double)(S + 1) / 2));
 
         xq = quant_act(c, c->xb, S, c->q_dim, (const rl_matrix *const[]){&L->wo}, 1, RL_CPU_MAT(l, 3));
+        step(c, "norm+quantize", 0);
         mm_job o = {0};
         job_add(c, &o, &L->wo, c->xb, xq, S, c->x, D, true);
         run_job(c, &o);
+        step(c, "wo+residual", mat_bytes(&L->wo));
 
         /* feed-forward: x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x)) */
         for (size_t s = 0; s < S; s++)
             rmsnorm(c->xb + s * D, c->x + s * D, L->ffn_norm, D, cfg->norm_eps);
         xq = quant_act(c, c->xb, S, D, (const rl_matrix *const[]){&L->w_gate, &L->w_up}, 2, RL_CPU_MAT(l, 4));
+        step(c, "norm+quantize", 0);
         mm_job gu = {0};
         job_add(c, &gu, &L->w_gate, c->xb, xq, S, c->hb, F, false);
         job_add(c, &gu, &L->w_up, c->xb, xq, S, c->hb2, F, false);
         run_job(c, &gu);
+        step(c, "gate+up", mat_bytes(&L->w_gate) + mat_bytes(&L->w_up));
         silu_mul(c, S * F);
         xq = quant_act(c, c->hb, S, F, (const rl_matrix *const[]){&L->w_down}, 1, RL_CPU_MAT(l, 6));
+        step(c, "silu+quantize", 0);
         mm_job dn = {0};
         job_add(c, &dn, &L->w_down, c->hb, xq, S, c->x, D, true);
         run_job(c, &dn);
+        step(c, "down+residual", mat_bytes(&L->w_down));
     }
 
     if (!logits) return;
@@ -542,9 +601,11 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
         rmsnorm(c->xb + (s - first) * D, c->x + s * D, m->output_norm, D, cfg->norm_eps);
     const rl_q8a *xq = quant_act(c, c->xb, n_out, D, (const rl_matrix *const[]){&c->output}, 1,
                                   RL_CPU_MAT_OUTPUT(cfg->n_layer));
+    step(c, "norm+quantize", 0);
     mm_job out = {0};
     job_add(c, &out, &c->output, c->xb, xq, n_out, logits, cfg->n_vocab, false);
     run_job(c, &out);
+    step(c, "lm_head", mat_bytes(&c->output));
 }
 
 int rl_cpu_forward(rl_cpu *c, const int32_t *tokens, size_t S, size_t pos, float *logits,

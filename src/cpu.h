@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "err.h"
 #include "model.h"
 
@@ -35,10 +36,15 @@ size_t rl_cpu_n_ctx(const rl_cpu *c);
 size_t rl_cpu_n_threads(const rl_cpu *c);
 /* Tokens per forward chunk (prompts run in chunks of this many). */
 size_t rl_cpu_max_batch(const rl_cpu *c);
-/* Bytes one decode step at position pos reads from the KV cache. */
 /* Extra memory held by weights repacked at load for the fast kernels (0 on the exact path). */
 size_t rl_cpu_packed_bytes(const rl_cpu *c);
+/* Bytes one decode step at position pos reads from the KV cache. */
 size_t rl_cpu_kv_read_bytes(const rl_cpu *c, size_t pos);
+/* Per-step profile (bench --profile): on clears the table and times every step of the forward
+ * calls that follow by the wall clock (each step ends when its threads are done); rows copies
+ * up to cap rows and returns the count. */
+void rl_cpu_profile(rl_cpu *c, bool on);
+size_t rl_cpu_profile_rows(const rl_cpu *c, rl_prof_row *rows, size_t cap);
 
 /* Feeds tokens[0..S) at positions pos..pos+S-1, filling the KV cache. Writes logits of every
  * token ([S][n_vocab]) when all_logits, else only of the last one ([n_vocab]); logits may be
