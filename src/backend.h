@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "err.h"
 #include "model.h"
@@ -41,6 +43,23 @@ typedef struct rl_prof_row {
     double bytes;  /* summed bytes the step reads (weights; KV for attention; 0 where not
                       counted); the fast prefill's fp16 expansion: read plus written */
 } rl_prof_row;
+
+/* Adds one call of step `name` (us, bytes) to the table rows[0..*n) of at most cap rows: to its
+ * row, or to a new one at the end; a step past cap rows is dropped. Both backends' profiles. */
+static inline void rl_prof_add(rl_prof_row *rows, size_t *n, size_t cap, const char *name, double us,
+                               double bytes) {
+    size_t r = 0;
+    while (r < *n && strcmp(rows[r].name, name)) r++;
+    if (r == *n) {
+        if (r == cap) return;
+        memset(&rows[r], 0, sizeof rows[r]);
+        snprintf(rows[r].name, sizeof rows[r].name, "%s", name);
+        (*n)++;
+    }
+    rows[r].calls++;
+    rows[r].us += us;
+    rows[r].bytes += bytes;
+}
 
 /* What a backend implementation provides (cpu.c, src/cuda/). */
 typedef struct rl_backend_ops {

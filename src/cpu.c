@@ -4,7 +4,6 @@
 #include "backend.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -96,7 +95,7 @@ static int pack_weights(rl_cpu *c, rl_err *e) {
     size_t total = 0, count = RL_LAYER_MATRIX_COUNT * n_layer + 1;
     for (size_t i = 0; i < count; i++) {
         const rl_matrix *mt = matrix_at(c, i);
-        if (rl_pack_supported(mt->type, mt->rows, mt->cols)) total += mt->rows * mt->row_bytes;
+        if (rl_pack_supported(mt->type, mt->rows, mt->cols)) total += rl_matrix_bytes(mt);
     }
     if (total == 0) return 0;
     /* 2 MiB aligned and marked for transparent huge pages (this kernel's THP mode is
@@ -115,9 +114,9 @@ static int pack_weights(rl_cpu *c, rl_err *e) {
         if (!rl_pack_supported(mt->type, mt->rows, mt->cols)) continue;
         pack_job j = {mt, c->pack + off};
         rl_pool_run(c->pool, pack_worker, &j);
-        release_pages(c, mt->data, mt->rows * mt->row_bytes);
+        release_pages(c, mt->data, rl_matrix_bytes(mt));
         mt->data = c->pack + off;
-        off += mt->rows * mt->row_bytes;
+        off += rl_matrix_bytes(mt);
     }
     return 0;
 }
@@ -259,22 +258,9 @@ size_t rl_cpu_profile_rows(const rl_cpu *c, rl_prof_row *rows, size_t cap) {
 static void step(rl_cpu *c, const char *name, double bytes) {
     if (!c->prof) return;
     double t = now_us();
-    size_t r = 0;
-    while (r < c->n_prow && strcmp(c->prow[r].name, name)) r++;
-    if (r == c->n_prow && r < sizeof c->prow / sizeof *c->prow) {
-        memset(&c->prow[r], 0, sizeof c->prow[r]);
-        snprintf(c->prow[r].name, sizeof c->prow[r].name, "%s", name);
-        c->n_prow++;
-    }
-    if (r < c->n_prow) {
-        c->prow[r].calls++;
-        c->prow[r].us += t - c->t0;
-        c->prow[r].bytes += bytes;
-    }
+    rl_prof_add(c->prow, &c->n_prow, sizeof c->prow / sizeof *c->prow, name, t - c->t0, bytes);
     c->t0 = t;
 }
-
-static double mat_bytes(const rl_matrix *w) { return (double)w->rows * (double)w->row_bytes; }
 
 /* ---- small fp32 helpers ---------------------------------------------------------------- */
 
@@ -543,7 +529,7 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
         job_add(c, &qkv, &L->wk, c->xb, xq, S, c->k, c->kv_dim, false);
         job_add(c, &qkv, &L->wv, c->xb, xq, S, c->v, c->kv_dim, false);
         run_job(c, &qkv);
-        step(c, "qkv", mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv));
+        step(c, "qkv", rl_matrix_bytes(&L->wq) + rl_matrix_bytes(&L->wk) + rl_matrix_bytes(&L->wv));
 
         for (size_t s = 0; s < S; s++) {
             float *q = c->q + s * c->q_dim, *k = c->k + s * c->kv_dim, *v = c->v + s * c->kv_dim;
@@ -574,7 +560,7 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
         mm_job o = {0};
         job_add(c, &o, &L->wo, c->xb, xq, S, c->x, D, true);
         run_job(c, &o);
-        step(c, "wo+residual", mat_bytes(&L->wo));
+        step(c, "wo+residual", rl_matrix_bytes(&L->wo));
 
         /* feed-forward: x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x)) */
         for (size_t s = 0; s < S; s++)
@@ -585,14 +571,14 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
         job_add(c, &gu, &L->w_gate, c->xb, xq, S, c->hb, F, false);
         job_add(c, &gu, &L->w_up, c->xb, xq, S, c->hb2, F, false);
         run_job(c, &gu);
-        step(c, "gate+up", mat_bytes(&L->w_gate) + mat_bytes(&L->w_up));
+        step(c, "gate+up", rl_matrix_bytes(&L->w_gate) + rl_matrix_bytes(&L->w_up));
         silu_mul(c, S * F);
         xq = quant_act(c, c->hb, S, F, (const rl_matrix *const[]){&L->w_down}, 1, RL_CPU_MAT(l, 6));
         step(c, "silu+quantize", 0);
         mm_job dn = {0};
         job_add(c, &dn, &L->w_down, c->hb, xq, S, c->x, D, true);
         run_job(c, &dn);
-        step(c, "down+residual", mat_bytes(&L->w_down));
+        step(c, "down+residual", rl_matrix_bytes(&L->w_down));
     }
 
     if (!logits) return;
@@ -605,7 +591,7 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
     mm_job out = {0};
     job_add(c, &out, &c->output, c->xb, xq, n_out, logits, cfg->n_vocab, false);
     run_job(c, &out);
-    step(c, "lm_head", mat_bytes(&c->output));
+    step(c, "lm_head", rl_matrix_bytes(&c->output));
 }
 
 int rl_cpu_forward(rl_cpu *c, const int32_t *tokens, size_t S, size_t pos, float *logits,

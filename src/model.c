@@ -282,16 +282,14 @@ void rl_model_free(rl_model *m) {
     memset(m, 0, sizeof *m);
 }
 
-static size_t matrix_bytes(const rl_matrix *w) { return w->row_bytes * w->rows; }
-
 size_t rl_model_bytes_per_token(const rl_model *m) {
     const rl_config *c = &m->cfg;
-    size_t b = m->tok_embd.row_bytes + matrix_bytes(&m->output) + c->n_embd * sizeof(float);
+    size_t b = m->tok_embd.row_bytes + rl_matrix_bytes(&m->output) + c->n_embd * sizeof(float);
     for (size_t l = 0; l < c->n_layer; l++) {
         const rl_layer *L = &m->layers[l];
-        b += matrix_bytes(&L->wq) + matrix_bytes(&L->wk) + matrix_bytes(&L->wv) +
-             matrix_bytes(&L->wo) + matrix_bytes(&L->w_gate) + matrix_bytes(&L->w_up) +
-             matrix_bytes(&L->w_down) + 2 * c->n_embd * sizeof(float);
+        b += rl_matrix_bytes(&L->wq) + rl_matrix_bytes(&L->wk) + rl_matrix_bytes(&L->wv) +
+             rl_matrix_bytes(&L->wo) + rl_matrix_bytes(&L->w_gate) + rl_matrix_bytes(&L->w_up) +
+             rl_matrix_bytes(&L->w_down) + 2 * c->n_embd * sizeof(float);
     }
     return b;
 }

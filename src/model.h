@@ -45,6 +45,9 @@ typedef struct rl_matrix {
     size_t row_bytes;
 } rl_matrix;
 
+/* Bytes of a matrix's data (rows x row_bytes). */
+static inline size_t rl_matrix_bytes(const rl_matrix *w) { return w->rows * w->row_bytes; }
+
 typedef struct rl_layer {
     const float *attn_norm;        /* [n_embd] */
     rl_matrix wq;                  /* [n_head*head_dim][n_embd] */

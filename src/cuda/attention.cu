@@ -437,35 +437,39 @@ template <int HD> __global__ void __launch_bounds__(128) attention_prefill_mma_k
     }
 }
 
-template <int HD> static int pfm_launch(const rl_att_args *a, __half *out, cudaStream_t st) {
-    const size_t smem = pfm_smem<HD>();
-    cudaError_t err = cudaFuncSetAttribute(attention_prefill_mma_kernel<HD>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err != cudaSuccess) return (int)err;
-    dim3 grid((a->n_tok + PFM_Q - 1) / PFM_Q, a->n_head);
-    attention_prefill_mma_kernel<HD><<<grid, 128, smem, st>>>(*a, out);
-    return (int)cudaGetLastError();
+typedef void (*pfm_fn)(const rl_att_args, __half *);
+
+/* The tensor-core kernel for a head size and its shared memory, or NULL where it has none. */
+static pfm_fn pfm_kernel(int hd, size_t *smem) {
+    switch (hd) {
+    case 64: *smem = pfm_smem<64>(); return attention_prefill_mma_kernel<64>;
+    case 80: *smem = pfm_smem<80>(); return attention_prefill_mma_kernel<80>;
+    case 96: *smem = pfm_smem<96>(); return attention_prefill_mma_kernel<96>;
+    case 128: *smem = pfm_smem<128>(); return attention_prefill_mma_kernel<128>;
+    default: return NULL;
+    }
 }
 
 bool rl_attention_prefill_mma(const rl_att_args *a) {
-    return !a->kd && (a->hd == 64 || a->hd == 80 || a->hd == 96 || a->hd == 128);
+    size_t smem;
+    return !a->kd && pfm_kernel(a->hd, &smem);
 }
 
 int rl_attention_prefill_launch(const rl_att_args *a, __half *out, bool mma, cudaStream_t st) {
-    if (mma && rl_attention_prefill_mma(a)) switch (a->hd) {
-        case 64: return pfm_launch<64>(a, out, st);
-        case 80: return pfm_launch<80>(a, out, st);
-        case 96: return pfm_launch<96>(a, out, st);
-        default: return pfm_launch<128>(a, out, st);
-        }
-    if (a->hd > PF_DMAX || a->hd % 2) return (int)cudaErrorInvalidValue;
-    size_t smem = (size_t)(32 * (a->hd + 1) + 32 * a->hd + PF_Q * a->hd) * sizeof(float);
+    size_t smem = 0;
+    pfm_fn f = mma && !a->kd ? pfm_kernel(a->hd, &smem) : NULL;
+    dim3 grid((a->n_tok + PFM_Q - 1) / PFM_Q, a->n_head), block(128);
+    if (!f) { /* the fp32 kernel */
+        if (a->hd > PF_DMAX || a->hd % 2) return (int)cudaErrorInvalidValue;
+        f = attention_prefill_kernel;
+        smem = (size_t)(32 * (a->hd + 1) + 32 * a->hd + PF_Q * a->hd) * sizeof(float);
+        grid = dim3((a->n_tok + PF_Q - 1) / PF_Q, a->n_head);
+        block = dim3(PF_Q * 32);
+    }
     if (smem > 48 * 1024) { /* per call: cheap, and right for whichever device is current */
-        cudaError_t err = cudaFuncSetAttribute(attention_prefill_kernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
     }
-    dim3 grid((a->n_tok + PF_Q - 1) / PF_Q, a->n_head);
-    attention_prefill_kernel<<<grid, PF_Q * 32, smem, st>>>(*a, out);
+    f<<<grid, block, smem, st>>>(*a, out);
     return (int)cudaGetLastError();
 }

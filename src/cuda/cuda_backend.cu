@@ -573,17 +573,7 @@ static int prof_collect(rl_cuda *c, const prof_marks *m, size_t pos, rl_err *e) 
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, m->ev[i], m->ev[i + 1]));
         double bytes = m->bytes[i] >= 0 ? m->bytes[i] : (double)(pos + 1) * kv_row_bytes(c);
-        size_t r = 0;
-        while (r < c->n_prow && strcmp(c->prow[r].name, m->label[i])) r++;
-        if (r == c->n_prow) {
-            if (r == sizeof c->prow / sizeof *c->prow) continue;
-            memset(&c->prow[r], 0, sizeof c->prow[r]);
-            snprintf(c->prow[r].name, sizeof c->prow[r].name, "%s", m->label[i]);
-            c->n_prow++;
-        }
-        c->prow[r].calls++;
-        c->prow[r].us += ms * 1e3;
-        c->prow[r].bytes += bytes;
+        rl_prof_add(c->prow, &c->n_prow, sizeof c->prow / sizeof *c->prow, m->label[i], ms * 1e3, bytes);
     }
     return 0;
 }
