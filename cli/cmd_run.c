@@ -19,6 +19,9 @@ static void usage(FILE *out) {
         "  -n, --n-predict N      tokens to generate (default 128)\n"
         "  -c, --ctx-size N       context size in tokens (default: min(model, 4096))\n"
         "  -t, --threads N        CPU threads (default: all cores)\n"
+        "  -b, --batch N          prompt tokens per forward chunk (default: CPU 64, GPU fast\n"
+        "                         prefill 2048; GPU exact prefill takes 16, 8, 4 or 1, the\n"
+        "                         largest not above N)\n"
         "      --device D         cpu, cuda or auto (default auto: cuda when built with it and\n"
         "                         a GPU is present)\n"
         "      --temp T           temperature, 0 = greedy (default 0.8)\n"
@@ -47,19 +50,19 @@ int cmd_run(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"prompt", 1, 0, 'p'}, {"file", 1, 0, 'f'},
         {"n-predict", 1, 0, 'n'}, {"ctx-size", 1, 0, 'c'}, {"threads", 1, 0, 't'},
-        {"seed", 1, 0, 's'}, {"temp", 1, 0, O_TEMP}, {"top-k", 1, 0, O_TOPK},
+        {"batch", 1, 0, 'b'}, {"seed", 1, 0, 's'}, {"temp", 1, 0, O_TEMP}, {"top-k", 1, 0, O_TOPK},
         {"top-p", 1, 0, O_TOPP}, {"min-p", 1, 0, O_MINP}, {"repeat-penalty", 1, 0, O_RP},
         {"repeat-last-n", 1, 0, O_RLN}, {"exact", 0, 0, O_EXACT}, {"no-bos", 0, 0, O_NOBOS},
         {"ignore-eos", 0, 0, O_IGNEOS}, {"ids", 1, 0, O_IDS}, {"print-ids", 0, 0, O_PRINTIDS}, {"device", 1, 0, O_DEVICE}, {"kv-type", 1, 0, O_KV}, {"prefill", 1, 0, O_PREFILL},
         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *prompt = NULL, *pfile = NULL, *ids_text = NULL;
-    long n_predict = 128, n_ctx = 0, threads = 0, v;
+    long n_predict = 128, n_ctx = 0, threads = 0, batch = 0, v;
     bool seeded = false, no_bos = false, ignore_eos = false, print_ids = false;
     rl_sampler_opts so = rl_sampler_defaults();
     rl_backend_opts co = {0};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:s:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:f:n:c:t:b:s:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'p': prompt = optarg; break;
@@ -68,6 +71,7 @@ int cmd_run(int argc, char **argv) {
         case 'n': if (cli_parse_long("-n", optarg, 0, 1L << 30, &n_predict)) return 2; break;
         case 'c': if (cli_parse_long("-c", optarg, 1, 1L << 24, &n_ctx)) return 2; break;
         case 't': if (cli_parse_long("-t", optarg, 1, 1024, &threads)) return 2; break;
+        case 'b': if (cli_parse_long("-b", optarg, 1, 4096, &batch)) return 2; co.max_batch = (size_t)batch; break;
         case 's':
             if (cli_parse_long("--seed", optarg, 0, 0x7fffffffffffffffL, &v)) return 2;
             so.seed = (uint64_t)v;

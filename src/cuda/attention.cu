@@ -92,7 +92,7 @@ void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
  * head and token (96 x 512 blocks for a 7B chunk of 512, latency-bound: 8.7% of the chunk's
  * time under ncu). Pair t < rope_dim / 2 of a head is rope_kv's (t, t + half) or (2t, 2t + 1);
  * the pairs past it cover the unrotated dimensions rope_dim.. in order. */
-__global__ void rope_kv_flat_kernel(const rl_att_args a) {
+__global__ void rope_kv_flat_kernel(const rl_att_args a, const float2 *__restrict__ tab) {
     const int hd = a.hd, half = a.rope_dim / 2, nqk = (a.n_head + a.n_head_kv) * (hd / 2);
     const int per_tok = nqk + a.n_head_kv * hd;
     for (int s = blockIdx.y; s < a.n_tok; s += gridDim.y) { /* grid y strides over the tokens */
@@ -116,7 +116,12 @@ __global__ void rope_kv_flat_kernel(const rl_att_args a) {
                 x0 = x0 + bias[hh * hd + ia];
                 x1 = x1 + bias[hh * hd + ib];
             }
-            if (rot) rope_rot(x0, x1, pos, a.inv_freq[t]);
+            if (rot && tab) {
+                const float2 c = tab[(size_t)s * half + t];
+                rope_rot_cs(x0, x1, c.x, c.y);
+            } else if (rot) {
+                rope_rot(x0, x1, pos, a.inv_freq[t]);
+            }
             if (isq) {
                 a.q[to + hh * hd + ia] = x0;
                 a.q[to + hh * hd + ib] = x1;
@@ -128,14 +133,32 @@ __global__ void rope_kv_flat_kernel(const rl_att_args a) {
     }
 }
 
-void rl_rope_kv_prefill_launch(const rl_att_args *a, cudaStream_t st) {
-    if (a->q_norm || a->k_norm || a->kd) {
+/* The chunk's rotation table: (cos, sin) of every (token s, pair t), tab[s * half + t], the
+ * values rope_rot computes, for every layer and head of the chunk to share instead of 2 M
+ * sincos per 7B layer at 512 tokens. The kernel stays bound by its fp32 q/k/v traffic: the
+ * table took 7% off it (docs/PERF.md v2.14). */
+__global__ void rope_table_kernel(const float *__restrict__ inv_freq, int half, int pos0, int n, float2 *tab) {
+    const size_t N = (size_t)n * half;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x)
+        tab[i] = rope_cs(pos0 + (int)(i / half), inv_freq[i % half]);
+}
+
+void rl_rope_table_launch(const rl_att_args *a, float2 *tab, cudaStream_t st) {
+    const int half = a->rope_dim / 2;
+    const size_t N = (size_t)a->n_tok * half, nb = (N + 255) / 256;
+    if (half) rope_table_kernel<<<nb < 1024 ? (int)nb : 1024, 256, 0, st>>>(a->inv_freq, half, a->pos0, a->n_tok, tab);
+}
+
+bool rl_rope_kv_prefill_flat(const rl_att_args *a) { return !a->q_norm && !a->k_norm && !a->kd; }
+
+void rl_rope_kv_prefill_launch(const rl_att_args *a, const float2 *tab, cudaStream_t st) {
+    if (!rl_rope_kv_prefill_flat(a)) {
         rl_rope_kv_launch(a, false, st);
         return;
     }
     const int per_tok = (a->n_head + a->n_head_kv) * (a->hd / 2) + a->n_head_kv * a->hd;
     const int bx = (per_tok + 255) / 256 < 64 ? (per_tok + 255) / 256 : 64;
-    rope_kv_flat_kernel<<<dim3(bx, a->n_tok < 65535 ? a->n_tok : 65535), 256, 0, st>>>(*a);
+    rope_kv_flat_kernel<<<dim3(bx, a->n_tok < 65535 ? a->n_tok : 65535), 256, 0, st>>>(*a, tab);
 }
 
 template <int HJ, bool Q8>

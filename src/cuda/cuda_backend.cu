@@ -98,6 +98,7 @@ struct rl_cuda {
     __half *pa16;     /* [chunk][max(n_embd, q_dim, n_ff)] GEMM input */
     __half *patt;     /* [chunk][q_dim] attention output */
     __half *pw16;     /* [pw16_elems] one GEMM's weights (q|k|v, gate|up, ...) or an LM-head slab in fp16 */
+    float2 *prope;    /* [chunk][rope_dim / 2] the chunk's RoPE (cos, sin) */
 };
 
 /* Ends a profiled step: in the profile graph's capture a graph node, in a profiled fast prefill
@@ -166,6 +167,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e) || /* streamed matvec (mvs.cu); unset: mvs_for */
         knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
+        knob("RL_CUDA_PF_ROPE_TAB", 1, 0, 1, &k->pf_rope_tab, e) || /* its RoPE angles (attention.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
         return -1;
     return 0;
@@ -648,6 +650,7 @@ static int pf_alloc(rl_cuda *c, rl_err *e) {
     size_t o_a = off; off = align256(off + P * wide * 2);
     size_t o_att = off; off = align256(off + P * Q * 2);
     size_t o_w = off; off = align256(off + w * 2);
+    size_t o_rope = off; off = align256(off + P * (cfg->rope_dim / 2) * sizeof(float2));
     /* all-logits calls (perplexity) go through the LM head in groups of tokens whose logits
      * fit 64 MiB, so the buffer does not grow with the chunk times a 150k vocabulary */
     size_t V = cfg->n_vocab, g = ((size_t)64 << 20) / (V * 4);
@@ -663,6 +666,7 @@ static int pf_alloc(rl_cuda *c, rl_err *e) {
     c->pa16 = (__half *)(c->parena + o_a);
     c->patt = (__half *)(c->parena + o_att);
     c->pw16 = (__half *)(c->parena + o_w);
+    c->prope = (float2 *)(c->parena + o_rope);
     c->plg = (float *)(c->parena + o_lg);
     return 0;
 }
@@ -713,6 +717,7 @@ static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
     cudaStream_t st = c->st;
     PK(rl_deq_rows_launch(&c->emb, c->ptok, 0, N, c->px, false, st), "embedding");
     mark(c, "embedding", 0);
+    const float *rope_tab_of = NULL; /* the inv_freq the table holds the angles of */
     for (size_t l = 0; l < cfg->n_layer; l++) {
         const dlayer *L = &c->lay[l];
         PK(rl_rmsnorm_f16_launch(c->px, D, N, L->attn_norm, cfg->norm_eps, c->pa16, D, st), "attn_norm");
@@ -730,7 +735,13 @@ static int pf_chunk_run(rl_cuda *c, size_t n, size_t pos0, rl_err *e) {
         t.bq = L->bq;
         t.bk = L->bk;
         t.bv = L->bv;
-        rl_rope_kv_prefill_launch(&t, st);
+        const bool tab = c->knobs.pf_rope_tab && rl_rope_kv_prefill_flat(&t);
+        if (tab && t.inv_freq != rope_tab_of) {
+            rl_rope_table_launch(&t, c->prope, st);
+            PK((int)cudaGetLastError(), "RoPE table");
+            rope_tab_of = t.inv_freq;
+        }
+        rl_rope_kv_prefill_launch(&t, tab ? c->prope : NULL, st);
         PK((int)cudaGetLastError(), "rope + KV write");
         mark(c, "RoPE + KV write", 0);
         PK(rl_attention_prefill_launch(&t, c->patt, c->knobs.pf_mma != 0, st), "attention");

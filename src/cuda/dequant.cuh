@@ -34,12 +34,19 @@ __device__ __forceinline__ int i8_round(float v, float id) { return __float2int_
  * order: separate rounded products, then one subtraction and one addition (lesson 6: a
  * contracted c*x0 - s*x1 forked near-tie tokens). rope_kv, its prefill form and the QKV
  * matvec's folded epilogue all rotate through this. */
-__device__ __forceinline__ void rope_rot(float &x0, float &x1, int pos, float f) {
-    const float th = __fmul_rn((float)pos, f);
-    const float cs = cosf(th), sn = sinf(th);
+__device__ __forceinline__ void rope_rot_cs(float &x0, float &x1, float cs, float sn) {
     const float m0 = __fmul_rn(x0, cs), m1 = __fmul_rn(x1, sn), m2 = __fmul_rn(x0, sn), m3 = __fmul_rn(x1, cs);
     x0 = __fsub_rn(m0, m1);
     x1 = __fadd_rn(m2, m3);
+}
+/* The angle's cosine and sine, as every RoPE path computes them (the prefill's table too). */
+__device__ __forceinline__ float2 rope_cs(int pos, float f) {
+    const float th = __fmul_rn((float)pos, f);
+    return make_float2(cosf(th), sinf(th));
+}
+__device__ __forceinline__ void rope_rot(float &x0, float &x1, int pos, float f) {
+    const float2 c = rope_cs(pos, f);
+    rope_rot_cs(x0, x1, c.x, c.y);
 }
 __device__ __forceinline__ float ldh(const uint8_t *p) {
     return h2f((uint16_t)(p[0] | (p[1] << 8)));

@@ -155,6 +155,8 @@ struct rl_cuda_knobs {
                             the same bits either way */
     int pf_mma;          /* the fast prefill's attention on fp16 tensor cores where it applies
                             (RL_CUDA_PF_MMA: 1 default, 0 the fp32 CUDA-core kernel) */
+    int pf_rope_tab;     /* the fast prefill's RoPE angles from a per-chunk table
+                            (RL_CUDA_PF_ROPE_TAB: 1 default, 0 computed per pair); same bits */
 };
 
 /* Launches one matvec (or one per segment when their types differ, or gate then up when the
@@ -237,8 +239,13 @@ __host__ __device__ inline int rl_att_split_len(int split, int max_split, int n_
 /* q/k norm, RoPE, and the f16 write of k and v at io->pos (one launch). */
 void rl_rope_kv_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
 /* The same for the fast prefill's a->n_tok tokens at pos0..: one thread per pair where no q/k
- * norm and no q8 cache asks for rope_kv's block per head and token. Check cudaGetLastError. */
-void rl_rope_kv_prefill_launch(const rl_att_args *a, cudaStream_t st);
+ * norm and no q8 cache asks for rope_kv's block per head and token (rl_rope_kv_prefill_flat),
+ * the angles' (cos, sin) read from tab (NULL: computed per pair), which rl_rope_table_launch fills for a->n_tok tokens
+ * at a->pos0 and a->inv_freq ([n_tok][rope_dim / 2]; the same for every layer that shares
+ * inv_freq). Check cudaGetLastError. */
+bool rl_rope_kv_prefill_flat(const rl_att_args *a);
+void rl_rope_table_launch(const rl_att_args *a, float2 *tab, cudaStream_t st);
+void rl_rope_kv_prefill_launch(const rl_att_args *a, const float2 *tab, cudaStream_t st);
 /* Split-K flash decode over positions [0, pos]; the last split of each head to finish merges
  * the partials in split order (one launch). With n_tok > 1 (an exact chunk), token z attends
  * over [0, pos + z] with its own q (tok_stride apart), output (q_dim apart), partials and

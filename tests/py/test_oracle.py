@@ -383,3 +383,27 @@ def test_greedy(rawloop, oracle, name, qtype):
         k = next(i for i in range(N_GEN) if got[i] != want[i])
         pytest.fail(f"first mismatch at generated id {k}: ours {got[k]}, reference {want[k]} "
                     f"(reference gap {gaps[k]:.3g})\nours: {got}\nref:  {want}")
+
+
+def test_run_batch_sizes_same_ids(rawloop, oracle):
+    """`run -b N` sets the prompt's chunk size (stderr says so), and on the CPU every chunk size
+    gives decoding's bits, so the greedy ids are the same for -b 1, 5 and the default; and
+    they are transformers' continuation."""
+    name, qtype = SPEC_NAMES[0], "Q8_0"
+    spec = om.ALL_SPECS[name]
+    prompt = test_ids(spec)[:PROMPT_LEN]
+    want, _ = oracle.ref_greedy(name, qtype)
+    outs = {}
+    for b in (None, 1, 5):
+        args = ["run", "-m", oracle.file(name, qtype), "--ids", _fmt_ids(prompt), "-n", N_GEN,
+                "--temp", "0", "--ignore-eos", "--print-ids", "--exact", "--device", "cpu"]
+        if b:
+            args += ["-b", b]
+        p = rawloop(*args)
+        err = p.stderr.decode()
+        assert f"batches of up to {b or 64} tokens" in err, err
+        outs[b] = [int(x) for x in p.stdout.decode().split()]
+    assert outs[1] == outs[5] == outs[None], outs
+    assert outs[None] == want
+    p = rawloop("run", "-b", "0", "-n", "1", check=False)
+    assert p.returncode == 2 and b"-b expects a whole number" in p.stderr
