@@ -101,7 +101,7 @@ LAB_BIN := $(patsubst bench/%.cu,$(BUILD)/%,$(LAB_SRC))
 lab: $(if $(filter 1,$(CUDA)),$(LAB_BIN),lab-needs-nvcc)
 lab-needs-nvcc:
 	@echo "make lab: the kernel lab needs nvcc (CUDA=1)" >&2; exit 1
-$(BUILD)/lab_%: bench/lab_%.cu $(BUILD)/librawloop.a
+$(BUILD)/lab_%: bench/lab_%.cu bench/lab.cuh $(BUILD)/librawloop.a
 	$(NVCC) $(NVFLAGS) -Isrc -Isrc/cuda $< $(BUILD)/librawloop.a -o $@ -lpcre2-8 -ljansson -lm
 
 check:

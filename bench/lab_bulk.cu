@@ -29,16 +29,9 @@
 #include <vector>
 
 #include "kernels.h"
+#include "lab.cuh"
 #include "types.h"
 
-#define CKL(call)                                                                                \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "lab_bulk: %s: %s\n", #call, cudaGetErrorString(e_));                 \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 static cudaStream_t st;
 
@@ -194,36 +187,6 @@ __global__ void fill_random(uint32_t *p, size_t n) {
     }
 }
 
-/* Median µs per launch: enq(i) enqueues launch i of K; the graph is replayed reps times. */
-template <typename F> static double time_graph(int K, int reps, F enq) {
-    cudaGraph_t gr;
-    cudaGraphExec_t ge;
-    CKL(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < K; i++) enq(i);
-    CKL(cudaStreamEndCapture(st, &gr));
-    CKL(cudaGraphInstantiate(&ge, gr, 0));
-    cudaEvent_t e0, e1;
-    CKL(cudaEventCreate(&e0));
-    CKL(cudaEventCreate(&e1));
-    for (int w = 0; w < 3; w++) CKL(cudaGraphLaunch(ge, st));
-    std::vector<double> t;
-    for (int r = 0; r < reps; r++) {
-        CKL(cudaEventRecord(e0, st));
-        CKL(cudaGraphLaunch(ge, st));
-        CKL(cudaEventRecord(e1, st));
-        CKL(cudaEventSynchronize(e1));
-        float ms;
-        CKL(cudaEventElapsedTime(&ms, e0, e1));
-        t.push_back(ms * 1000.0 / K);
-    }
-    CKL(cudaGetLastError());
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(gr);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
 
 template <int PR, int NS, int MATH> static size_t smem_of(int n) {
     const size_t nu = n / 32;
@@ -240,7 +203,7 @@ static void run(const char *label, uint8_t *pool, size_t pool_bytes, float *x, f
         if (n > 4096 && rows > 8192) continue;
         const size_t qbytes = ((size_t)rows * qb + 255) & ~(size_t)255, sbytes = ((size_t)rows * sb + 255) & ~(size_t)255;
         const int nmat = (int)std::min((size_t)64, pool_bytes / (qbytes + sbytes));
-        double us = time_graph(64, reps, [&](int k) {
+        double us = time_graph(st, 64, reps, [&](int k) {
             bulk_args a;
             const uint8_t *m = pool + (size_t)(k % nmat) * (qbytes + sbytes);
             a.q = m;

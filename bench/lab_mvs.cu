@@ -26,16 +26,8 @@
 #include <vector>
 
 #include "kernels.h"
+#include "lab.cuh"
 #include "types.h"
-
-#define CKL(call)                                                                                \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "lab_mvs: %s: %s\n", #call, cudaGetErrorString(e_));                  \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 static int n_sm;
 static cudaStream_t st;
@@ -77,38 +69,6 @@ __global__ void empty_kernel(int *p) {
     if (p && threadIdx.x == 0 && blockIdx.x == 0) p[0]++;
 }
 
-/* ---- timing ----------------------------------------------------------------------------------- */
-
-/* Median µs per launch: enq(i) enqueues launch i of K; the graph is replayed reps times. */
-template <typename F> static double time_graph(int K, int reps, F enq) {
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    CKL(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < K; i++) enq(i);
-    CKL(cudaStreamEndCapture(st, &g));
-    CKL(cudaGraphInstantiate(&ge, g, 0));
-    cudaEvent_t a, b;
-    CKL(cudaEventCreate(&a));
-    CKL(cudaEventCreate(&b));
-    for (int w = 0; w < 3; w++) CKL(cudaGraphLaunch(ge, st));
-    std::vector<double> t;
-    for (int r = 0; r < reps; r++) {
-        CKL(cudaEventRecord(a, st));
-        CKL(cudaGraphLaunch(ge, st));
-        CKL(cudaEventRecord(b, st));
-        CKL(cudaEventSynchronize(b));
-        float ms;
-        CKL(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1000.0 / K);
-    }
-    CKL(cudaGetLastError());
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
 
 /* ---- the production matvec -------------------------------------------------------------------- */
 
@@ -210,7 +170,7 @@ int main(int argc, char **argv) {
                     const bool norm = variant != 1;
                     kn.pdl = variant == 2 ? 0 : 2;
                     if (variant && rows != 4096 && rows != 12288 && rows != 32768) continue;
-                    double us = time_graph(K, reps, [&](int i) {
+                    double us = time_graph(st, K, reps, [&](int i) {
                         rl_mv_args a;
                         memset(&a, 0, sizeof a);
                         const mat &m = ms[i % ms.size()];
@@ -250,7 +210,7 @@ int main(int argc, char **argv) {
             for (int wps : {16, 32})
                 for (int tiled = 0; tiled < 2; tiled++) {
                     const int blocks = n_sm * wps / 16;
-                    double us = time_graph(K, reps, [&](int i) {
+                    double us = time_graph(st, K, reps, [&](int i) {
                         const uint4 *m = (const uint4 *)(P.buf + (size_t)(i % nmat) * bytes);
                         if (tiled) rows_read<true><<<blocks, 512, 0, st>>>(m, items, steps, sink);
                         else rows_read<false><<<blocks, 512, 0, st>>>(m, items, steps, sink);
@@ -259,7 +219,7 @@ int main(int argc, char **argv) {
                            tiled ? "step-major" : "row-major", steps, items, bytes / 1e6, wps, us, bytes / us / 1e3);
                 }
             const size_t n16 = bytes / 16;
-            double us = time_graph(K, reps, [&](int i) {
+            double us = time_graph(st, K, reps, [&](int i) {
                 rl_read_stream_launch(P.buf + (size_t)(i % nmat) * bytes, n16, sink, n_sm * 4, st);
             });
             printf("| sequential (read_stream) | %.1f | | %.2f | %.0f |\n", bytes / 1e6, us, bytes / us / 1e3);
@@ -268,7 +228,7 @@ int main(int argc, char **argv) {
 
     /* 3. an empty kernel, chained with and without PDL */
     for (int pdl = 0; pdl < 2; pdl++) {
-        double us = time_graph(K, reps, [&](int) {
+        double us = time_graph(st, K, reps, [&](int) {
             rl_launch(empty_kernel, dim3(n_sm), dim3(512), 0, st, pdl != 0, (int *)sink);
         });
         printf("\nempty kernel, %d blocks of 512, pdl %d: %.2f us/launch\n", n_sm, pdl, us);
