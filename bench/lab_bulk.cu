@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "bulk.cuh"
 #include "kernels.h"
 #include "lab.cuh"
 #include "types.h"
@@ -35,27 +36,13 @@
 
 static cudaStream_t st;
 
-__device__ __forceinline__ uint32_t sa(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ uint32_t sa(const void *p) { return rl_smem_addr(p); }
 
-__device__ __forceinline__ void mb_init(uint32_t b, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(count));
-}
-__device__ __forceinline__ void mb_expect(uint32_t b, uint32_t tx) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(tx) : "memory");
-}
-__device__ __forceinline__ void mb_arrive(uint32_t b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(b) : "memory");
-}
 /* A bounded wait: a lab kernel that deadlocks (a bug here) says where in diag (host-mapped:
  * role, page, block, parity) and goes on, instead of hanging the device run. */
 __device__ __forceinline__ void mb_wait(uint32_t b, uint32_t parity, int *diag, int role, int k) {
     for (long it = 0;; it++) {
-        uint32_t ok;
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(ok)
-                     : "r"(b), "r"(parity)
-                     : "memory");
-        if (ok) return;
+        if (mb_try(b, parity)) return;
         if (it == (1L << 22)) {
             if (atomicCAS(diag, 0, 1) == 0) {
                 diag[1] = role;
@@ -67,11 +54,6 @@ __device__ __forceinline__ void mb_wait(uint32_t b, uint32_t parity, int *diag, 
             return;
         }
     }
-}
-__device__ __forceinline__ void bulk(uint32_t dst, const void *src, uint32_t bytes, uint32_t mbar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(mbar)
-                 : "memory");
 }
 
 struct bulk_args {
@@ -106,8 +88,7 @@ __global__ void __launch_bounds__(544) bulk_mv(const bulk_args a) {
             mb_init(sa(&full[i]), 1);
             mb_init(sa(&empty[i]), PR);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        mb_init_fence();
     }
     __syncthreads();
     if (warp == 16) { /* the producer: weights only, so before the PDL wait */
@@ -117,8 +98,8 @@ __global__ void __launch_bounds__(544) bulk_mv(const bulk_args a) {
                 if (k >= NS) mb_wait(sa(&empty[sl]), ((k / NS) - 1) & 1, a.diag, 1, k);
                 const uint32_t dst = sa(ring + (size_t)sl * slot);
                 mb_expect(sa(&full[sl]), (uint32_t)(nr * (qb + sb)));
-                bulk(dst, a.q + (size_t)ra * qb, nr * qb, sa(&full[sl]));
-                bulk(dst + PR * qb, a.s + (size_t)ra * sb, nr * sb, sa(&full[sl]));
+                bulk_copy(dst, a.q + (size_t)ra * qb, nr * qb, sa(&full[sl]));
+                bulk_copy(dst + PR * qb, a.s + (size_t)ra * sb, nr * sb, sa(&full[sl]));
             }
         return;
     }

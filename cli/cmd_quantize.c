@@ -1,6 +1,6 @@
 /* rawloop quantize: rewrites an F32/F16/BF16 GGUF, or converts a Hugging Face model directory
  * (safetensors shards, config.json, tokenizer; src/hf.h; FP8 checkpoints included), in one of
- * the standard ggml types, rawloop's own RQ2 / FP8, or a per-tensor mix from a recipe file.
+ * the standard ggml types, rawloop's own RQ2 / RQ4 / FP8, or a per-tensor mix from a recipe file.
  *
  * Streams tensor by tensor: the input is memory-mapped, each output tensor is built in one
  * buffer (the largest output tensor is the peak extra memory) by all threads over rows, each
@@ -54,6 +54,9 @@ static void usage(FILE *out) {
         "             rawloop reads it), token_embd.weight in Q8_0 unless --pure\n"
         "             FP8: rawloop's 8-bit float type (e4m3 codes, a bf16 scale per 32\n"
         "             values, 8.5 bits per weight; only rawloop reads it), every matrix\n"
+        "             RQ4: rawloop's 4-bit type (64-value blocks of codes 0..15 with a\n"
+        "             searched step and minimum, 4.5 bits per weight; only rawloop reads it),\n"
+        "             with the output head rule above\n"
         "  --recipe FILE  per-tensor types: lines 'PATTERN TYPE', first match wins; PATTERN a\n"
         "             glob over the tensor name ('*' any run, '?' one character), e.g.\n"
         "               blk.*.ffn_gate.weight RQ2\n"
@@ -70,7 +73,7 @@ static void usage(FILE *out) {
         "             tokens, fp32 CPU path) and weights each weight's error by the mean square\n"
         "             of the activation it multiplies (per input column, plus a uniform part)\n"
         "             in the quantizers that search: Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K /\n"
-        "             Q6_K (llama.cpp's imatrix quantizers) and RQ2. Q8_0 and FP8 ignore the\n"
+        "             Q6_K (llama.cpp's imatrix quantizers), RQ2 and RQ4. Q8_0 and FP8 ignore the\n"
         "             weights (noted); Q4_0 / Q5_0 also put ffn_down of the first eighth of the\n"
         "             layers in Q4_1 / Q5_1, as llama.cpp does with an imatrix\n"
         "  --calib-chunks N  use the first N chunks of TEXT (default 8)\n"

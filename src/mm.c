@@ -51,13 +51,6 @@ AINLINE float ld_h(const uint8_t *p) {
     return _cvtsh_ss(h);
 }
 
-AINLINE float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 AINLINE void put(const rl_mm *m, size_t s, size_t r, float v, bool add) {
     float *y = m->y + s * m->ys + r;
     *y = add ? *y + v : v;
@@ -209,6 +202,14 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
                                               (int)rl_rq2_lut[q[6]], (int)rl_rq2_lut[q[7]]);
                 store_scaled(dst + RL_QK_RQ2 * i + RL_QK * h, c, d, nm);
             }
+        }
+        return;
+    case RL_RQ4:
+        /* each half as Q4_1's nibbles; d*q - (-m) rounds as d*q + m does */
+        for (size_t i = 0; i < len / RL_QK_RQ4; i++, b += 36) {
+            const __m256 d = _mm256_set1_ps(ld_h(b + 32)), nm = _mm256_set1_ps(-ld_h(b + 34));
+            store_scaled(dst + RL_QK_RQ4 * i, nib_vals(b), d, nm);
+            store_scaled(dst + RL_QK_RQ4 * i + RL_QK, nib_vals(b + 16), d, nm);
         }
         return;
     case RL_Q6_K: {
@@ -677,63 +678,9 @@ AINLINE void rows_k(const rl_mm *m, size_t r0, size_t r1, uint32_t type) {
     }
 }
 
-/* ---- fast path: RQ2 ------------------------------------------------------------------------ */
+/* ---- fast path: RQ2, RQ4 (mm_rq.h, shared with the AVX-512 build) ------------------------ */
 
-/* The 64 codes of an RQ2 block as two registers of 32 (one per activation block). Within each
- * 128-bit lane the order is transposed: byte 4k + i of lane L holds weight 16L + 4i + k, which
- * takes one dword broadcast, one variable shift and one mask (code k of a byte sits at bits
- * 2k). The activations get the same order from rq2_act; the integer dot is unchanged. */
-AINLINE void rq2_codes(const uint8_t *q, __m256i c[2]) {
-    const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6), m3 = _mm256_set1_epi8(3);
-    __m256i raw = _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q));
-    c[0] = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(raw, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)), sh), m3);
-    c[1] = _mm256_and_si256(_mm256_srlv_epi32(_mm256_permutevar8x32_epi32(raw, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)), sh), m3);
-}
-
-/* 32 activations in rq2_codes' order: byte 4k + i of a lane <- byte 4i + k. */
-AINLINE __m256i rq2_act(const rl_q8a *a) {
-    const __m256i t = _mm256_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
-                                       0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    return _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)a->qs), t);
-}
-
-/* Per row: up to RQ2_CH blocks unpacked once, then dotted against every column; per 32-value
- * half the float step is d*da*dot plus m*s, as in the reference. Codes are 0..3, so the
- * maddubs pair sums (at most 2*3*128) cannot saturate. */
-#define RQ2_CH 8
-static void rows_rq2(const rl_mm *m, size_t r0, size_t r1) {
-    const size_t nb = m->n / RL_QK_RQ2, na = m->n / RL_QK;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i c[RQ2_CH][2];
-    float d[RQ2_CH], mn[RQ2_CH];
-    for (size_t r = r0; r < r1; r++) {
-        const uint8_t *w = (const uint8_t *)m->w + r * m->row_bytes;
-        for (size_t b0 = 0; b0 < nb; b0 += RQ2_CH) {
-            size_t nc = nb - b0 < RQ2_CH ? nb - b0 : RQ2_CH;
-            for (size_t k = 0; k < nc; k++) {
-                const uint8_t *blk = w + (b0 + k) * 20;
-                rq2_codes(blk, c[k]);
-                d[k] = ld_h(blk + 16);
-                mn[k] = ld_h(blk + 18);
-            }
-            bool add = b0 > 0 || m->accumulate;
-            for (size_t s = 0; s < m->S; s++) {
-                const rl_q8a *a = m->xq + s * na + 2 * b0;
-                __m256 acc = _mm256_setzero_ps();
-                float mins = 0;
-                for (size_t k = 0; k < nc; k++) {
-                    RL_UNROLL
-                    for (size_t h = 0; h < 2; h++) {
-                        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(c[k][h], rq2_act(&a[2 * k + h])), ones);
-                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d[k] * a[2 * k + h].d), acc);
-                        mins += mn[k] * a[2 * k + h].s;
-                    }
-                }
-                put(m, s, r, hsum(acc) + mins, add);
-            }
-        }
-    }
-}
+#include "mm_rq.h"
 
 static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
     if (m->xq == NULL || rl_type_fp32_act(m->type)) {
@@ -760,7 +707,8 @@ static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
     case RL_Q4_K: rows_k(m, r0, r1, RL_Q4_K); return;
     case RL_Q5_K: rows_k(m, r0, r1, RL_Q5_K); return;
     case RL_Q6_K: rows_k(m, r0, r1, RL_Q6_K); return;
-    case RL_RQ2: rows_rq2(m, r0, r1); return;
+    case RL_RQ2: rows_rq(m, r0, r1, false); return;
+    case RL_RQ4: rows_rq(m, r0, r1, true); return;
     default: rl_mm_rows_ref(m, r0, r1); return;
     }
 }

@@ -47,6 +47,8 @@ AINLINE void put(const rl_mm *m, size_t s, size_t r, float v, bool add) {
     *y = add ? *y + v : v;
 }
 
+#include "mm_rq.h" /* RQ2, RQ4: the AVX2 kernel */
+
 /* The first n lanes (all 16 for n >= 16): masked loads never touch the others, so a row tail
  * needs no scalar loop and no read past its end. */
 AINLINE __mmask16 tail_mask(size_t n) {
@@ -637,6 +639,8 @@ void rl_avx512_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
     case RL_Q4_K: rows_k(m, r0, r1, RL_Q4_K); return;
     case RL_Q5_K: rows_k(m, r0, r1, RL_Q5_K); return;
     case RL_Q6_K: rows_k(m, r0, r1, RL_Q6_K); return;
+    case RL_RQ2: rows_rq(m, r0, r1, false); return;
+    case RL_RQ4: rows_rq(m, r0, r1, true); return;
     default: rl_mm_rows_ref(m, r0, r1); return;
     }
 }

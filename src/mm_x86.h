@@ -10,6 +10,14 @@
 
 #include "mm_tq.h"
 
+/* The sum of the 8 lanes, in a fixed order. */
+static inline __attribute__((always_inline)) float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
 /* 32 four-bit codes of a Q4_0/Q4_1/Q5_0/Q5_1 block as unsigned 0..15: value j < 16 is the low
  * nibble of qs[j], value j + 16 the high nibble of qs[j]. */
 static inline __attribute__((always_inline)) __m256i nib_vals(const uint8_t *qs) {

@@ -178,6 +178,18 @@ static void deq_rq2(const uint8_t *b, float *y) {
     for (size_t j = 0; j < RL_QK_RQ2; j++) y[j] = d * (float)rq2_code(b, j) + m;
 }
 
+/* RQ4: [0,32) codes (half h = j/32: byte 16h + j%16, low nibble for j%32 < 16, else high: Q4_0's
+ * order per half)  [32,34) d  [34,36) m */
+static inline int rq4_code(const uint8_t *b, size_t j) {
+    const uint8_t c = b[16 * (j / 32) + j % 16];
+    return j % 32 < 16 ? c & 0xF : c >> 4;
+}
+
+static void deq_rq4(const uint8_t *b, float *y) {
+    float d = ld_f16(b + 32), m = ld_f16(b + 34);
+    for (size_t j = 0; j < RL_QK_RQ4; j++) y[j] = d * (float)rq4_code(b, j) + m;
+}
+
 /* The table decoder: byte -> its 4 codes as 4 bytes, lowest code in the lowest byte, so one
  * 32-bit load gives a dp4a/maddubs operand in weight order. Built by the preprocessor so it is
  * a constant the GPU side can copy as is; tests/unit/test_quant.c checks it against rq2_code. */
@@ -287,6 +299,9 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n) {
         return;
     case RL_RQ2:
         for (size_t i = 0; i < n / RL_QK_RQ2; i++) deq_rq2(b + i * 20, dst + i * RL_QK_RQ2);
+        return;
+    case RL_RQ4:
+        for (size_t i = 0; i < n / RL_QK_RQ4; i++) deq_rq4(b + i * 36, dst + i * RL_QK_RQ4);
         return;
     case RL_FP8:
         for (size_t i = 0; i < n / RL_QK; i++) deq_fp8(b + i * 34, dst + i * RL_QK);
@@ -827,15 +842,17 @@ static void quant_legacy_w(uint32_t type, const float *x, size_t n, const float 
 #pragma STDC FP_CONTRACT DEFAULT
 #endif
 
-/* RQ2 fit of one block. Returns the (w-weighted) squared error of x ~ d*q + m with d and m
- * first rounded to fp16 (what the file stores) and the codes q chosen as the nearest level (the
- * nearest level minimises every term whatever its weight); fills q. */
-static float rq2_assign(const float *x, const float *w, float d, float m, uint8_t *q) {
+/* The (d, m) fit of rawloop's code types (RQ2: L = 3, RQ4: L = 15; 64-value blocks): the
+ * (w-weighted) squared error of x ~ d*q + m with d and m first rounded to fp16 (what the file
+ * stores) and the codes q chosen as the nearest level of 0..L (the nearest level minimises
+ * every term whatever its weight); fills q. */
+_Static_assert(RL_QK_RQ2 == RL_QK_RQ4, "the RQ search takes 64-value blocks");
+static float rq_assign(const float *x, const float *w, int L, float d, float m, uint8_t *q) {
     d = rl_f16_to_f32(rl_f32_to_f16(d));
     m = rl_f16_to_f32(rl_f32_to_f16(m));
     float id = d > 0 ? 1.0f / d : 0.0f, e = 0;
     for (size_t j = 0; j < RL_QK_RQ2; j++) {
-        q[j] = (uint8_t)clampi((int)lrintf((x[j] - m) * id), 0, 3);
+        q[j] = (uint8_t)clampi((int)lrintf((x[j] - m) * id), 0, L);
         float r = d * (float)q[j] + m - x[j];
         e += w ? w[j] * (r * r) : r * r;
     }
@@ -844,7 +861,7 @@ static float rq2_assign(const float *x, const float *w, float d, float m, uint8_
 
 /* (Weighted) least-squares d, m for fixed codes q (a line through the points (q_j, x_j), point j
  * of weight w_j); false when the slope is undetermined (all codes equal, or no weight). */
-static bool rq2_refit(const float *x, const float *w, const uint8_t *q, float *d, float *m) {
+static bool rq_refit(const float *x, const float *w, const uint8_t *q, float *d, float *m) {
     double sq = 0, sqq = 0, sx = 0, sqx = 0, n = 0;
     for (size_t j = 0; j < RL_QK_RQ2; j++) {
         double wj = wt(w, j);
@@ -863,40 +880,60 @@ static bool rq2_refit(const float *x, const float *w, const uint8_t *q, float *d
     return true;
 }
 
-/* RQ2 quantizer: every candidate step d = range / (3 + k/2), k = 0..8 (the min/max fit first,
- * then ever stronger clipping of both tails), is centred on the block's range, then refined by
- * two rounds of "codes for (d, m), least-squares (d, m) for those codes" (Lloyd iterations for a
- * uniform 4-level grid); the fit with the least squared error after fp16 rounding of d and m
- * wins. A constant block stores d = 0, m = the value.
+/* The search of RQ2 and RQ4 (codes 0..L, 64 values): every candidate step
+ * d = range / (L + k * L/6), k = 0..8 (the min/max fit first, then ever stronger clipping of
+ * both tails, down to 3/7 of the range), is centred on the block's range, then refined by two
+ * rounds of "codes for (d, m), least-squares (d, m) for those codes" (Lloyd iterations for a
+ * uniform grid); the fit with the least squared error after fp16 rounding of d and m wins. A
+ * constant block stores d = 0, m = the value.
  * With weights w, every fit is scored by the weighted error, and the candidates are walked
  * twice: with weighted refits, and with the unweighted refits of the plain search. So the plain
  * search's winner is among the candidates, and the weighted fit's weighted error is never
- * larger than the plain fit's. */
-static void quant_rq2(const float *x, const float *w, uint8_t *b) {
+ * larger than the plain fit's. Fills the codes bq, *d and *m. */
+static void quant_rq(const float *x, const float *w, int L, uint8_t *bq, float *best_d, float *best_m) {
     float lo, hi;
     block_range(x, RL_QK_RQ2, &lo, &hi);
-    uint8_t q[RL_QK_RQ2], bq[RL_QK_RQ2];
-    float best_d = 0, best_m = lo, best = rq2_assign(x, w, 0, lo, bq);
+    uint8_t q[RL_QK_RQ2];
+    *best_d = 0;
+    *best_m = lo;
+    float best = rq_assign(x, w, L, 0, lo, bq);
     for (int pass = w ? 0 : 1; pass < 2; pass++) {
         const float *rw = pass == 0 ? w : NULL; /* the refit's weights */
         for (int k = 0; k <= 8 && hi > lo; k++) {
-            float d = (hi - lo) / (3 + 0.5f * (float)k), m = lo + ((hi - lo) - 3 * d) / 2;
+            /* L / 3 is exact (1 or 5), so RQ2's steps are 3 + k/2 bit for bit as before */
+            float d = (hi - lo) / ((float)L + 0.5f * (float)k * (float)(L / 3)), m = lo + ((hi - lo) - (float)L * d) / 2;
             for (int it = 0;; it++) {
-                float e = rq2_assign(x, w, d, m, q);
+                float e = rq_assign(x, w, L, d, m, q);
                 if (e < best) {
                     best = e;
-                    best_d = d;
-                    best_m = m;
+                    *best_d = d;
+                    *best_m = m;
                     memcpy(bq, q, sizeof q);
                 }
-                if (it == 2 || !rq2_refit(x, rw, q, &d, &m)) break;
+                if (it == 2 || !rq_refit(x, rw, q, &d, &m)) break;
             }
         }
     }
-    st_f16(b + 16, best_d);
-    st_f16(b + 18, best_m);
+}
+
+static void quant_rq2(const float *x, const float *w, uint8_t *b) {
+    uint8_t q[RL_QK_RQ2];
+    float d, m;
+    quant_rq(x, w, 3, q, &d, &m);
+    st_f16(b + 16, d);
+    st_f16(b + 18, m);
     memset(b, 0, 16);
-    for (size_t j = 0; j < RL_QK_RQ2; j++) b[j / 4] |= (uint8_t)(bq[j] << (2 * (j % 4)));
+    for (size_t j = 0; j < RL_QK_RQ2; j++) b[j / 4] |= (uint8_t)(q[j] << (2 * (j % 4)));
+}
+
+static void quant_rq4(const float *x, const float *w, uint8_t *b) {
+    uint8_t q[RL_QK_RQ4];
+    float d, m;
+    quant_rq(x, w, 15, q, &d, &m);
+    st_f16(b + 32, d);
+    st_f16(b + 34, m);
+    for (size_t h = 0; h < 2; h++)
+        for (size_t i = 0; i < 16; i++) b[16 * h + i] = (uint8_t)(q[32 * h + i] | q[32 * h + 16 + i] << 4);
 }
 
 /* The types whose weighted quantizer is quant_legacy_w (a whole row at a time). */
@@ -905,7 +942,7 @@ static bool legacy_w(uint32_t type) {
 }
 
 bool rl_quant_uses_weights(uint32_t type) {
-    return type == RL_Q4_K || type == RL_Q5_K || type == RL_Q6_K || type == RL_RQ2 || legacy_w(type);
+    return type == RL_Q4_K || type == RL_Q5_K || type == RL_Q6_K || type == RL_RQ2 || type == RL_RQ4 || legacy_w(type);
 }
 
 /* The importances of the block at off, or NULL without importances. */
@@ -976,6 +1013,9 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
         return;
     case RL_RQ2:
         for (size_t i = 0; i < n / RL_QK_RQ2; i++) quant_rq2(src + i * RL_QK_RQ2, block_w(w, i * RL_QK_RQ2, RL_QK_RQ2), b + i * 20);
+        return;
+    case RL_RQ4:
+        for (size_t i = 0; i < n / RL_QK_RQ4; i++) quant_rq4(src + i * RL_QK_RQ4, block_w(w, i * RL_QK_RQ4, RL_QK_RQ4), b + i * 36);
         return;
     default:
         return;
@@ -1102,17 +1142,22 @@ static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size
         }
         return acc;
     case RL_RQ2:
+    case RL_RQ4: {
         /* per 32-value half: integer dot of the codes, then the scale and the min term */
-        for (size_t i = 0; i < n / RL_QK_RQ2; i++, w += 20) {
-            float d = ld_f16(w + 16), m = ld_f16(w + 18);
+        const bool four = type == RL_RQ4;
+        const size_t bs = four ? 36 : 20, dm = bs - 4;
+        for (size_t i = 0; i < n / RL_QK_RQ2; i++, w += bs) {
+            float d = ld_f16(w + dm), m = ld_f16(w + dm + 2);
             const rl_q8a *ab = a + 2 * i;
             for (size_t h = 0; h < 2; h++) {
                 int dot = 0;
-                for (size_t l = 0; l < RL_QK; l++) dot += rq2_code(w, RL_QK * h + l) * ab[h].qs[l];
+                for (size_t l = 0; l < RL_QK; l++)
+                    dot += (four ? rq4_code(w, RL_QK * h + l) : rq2_code(w, RL_QK * h + l)) * ab[h].qs[l];
                 acc += d * ab[h].d * (float)dot + m * ab[h].s;
             }
         }
         return acc;
+    }
     default:
         return NAN;
     }

@@ -25,6 +25,7 @@ static const rl_ftype k_ftypes[] = {
 static const rl_ftype k_rawloop_ftypes[] = {
     {"RQ2", RL_RQ2, RL_MIX_NONE, RL_FILE_TYPE_RAWLOOP},
     {"FP8", RL_FP8, RL_MIX_NONE, RL_FILE_TYPE_RAWLOOP},
+    {"RQ4", RL_RQ4, RL_MIX_NONE, RL_FILE_TYPE_RAWLOOP},
 };
 
 const rl_ftype *rl_ftype_find(const char *name) {
@@ -68,7 +69,7 @@ static long layer_of(const char *name, const char *suffix) {
  * divide ne[0] by a 32-block one of about the same size, and uses F16 when even that does not
  * fit. Its Q2_K/Q3_K -> Q4_0 and IQ* -> IQ4_NL entries are for types rawloop does not write.
  * Types it has no entry for (llama.cpp refuses the tensor) fall back to Q8_0 here, which costs
- * no quality: RQ2 (64-value blocks), and 32-block types, for which Q8_0 never fits either, so
+ * no quality: RQ2 and RQ4 (64-value blocks), and 32-block types, for which Q8_0 never fits either, so
  * they end in F16. */
 static uint32_t fit_row(uint32_t t, uint64_t ne0) {
     if (ne0 % rl_type_get(t)->blck == 0) return t;
@@ -102,9 +103,8 @@ int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const
     } else {
         const rl_ftype *ft = c->ft;
         t = ft->base;
+        const bool head = !strcmp(name, "output.weight") || (!c->has_output && !strcmp(name, "token_embd.weight"));
         if (!c->pure && !rl_type_is_float(t) && !rl_type_is_rawloop(t)) {
-            bool head = !strcmp(name, "output.weight") ||
-                        (!c->has_output && !strcmp(name, "token_embd.weight"));
             const long v = layer_of(name, "attn_v.weight"), l = v >= 0 ? v : layer_of(name, "ffn_down.weight");
             if (head)
                 t = head_type(t, ne[0]);
@@ -119,6 +119,9 @@ int rl_recipe_choose(const rl_recipe_ctx *c, const rl_recipe_rules *rules, const
         }
         /* a 2-bit embedding (and tied head) loses too much; FP8 keeps its own 8 bits */
         if (t == RL_RQ2 && !c->pure && !strcmp(name, "token_embd.weight")) t = RL_Q8_0;
+        /* RQ4 stands in for the 4-bit llama.cpp types: their output-head rule, so that its files
+         * compare with theirs tensor for tensor */
+        if (t == RL_RQ4 && !c->pure && head) t = head_type(t, ne[0]);
     }
     out->wanted = t;
     out->type = fit_row(t, ne[0]);

@@ -31,13 +31,14 @@ typedef struct rl_ftype {
  * whose largest value, LLAMA_FTYPE_GUESSED, is 1024). */
 #define RL_FILE_TYPE_RAWLOOP 2048u
 
-/* Case-insensitive lookup, llama.cpp's file types and rawloop's (RQ2, FP8); NULL for an unknown
+/* Case-insensitive lookup, llama.cpp's file types and rawloop's (RQ2, FP8, RQ4); NULL for an unknown
  * name. */
 const rl_ftype *rl_ftype_find(const char *name);
 /* The i-th known llama.cpp file type (for usage text); NULL past the end. */
 const rl_ftype *rl_ftype_at(size_t i);
 /* The i-th rawloop file type (RQ2: every matrix in RQ2 but token_embd in Q8_0 unless --pure;
- * FP8: every matrix); NULL past the end. */
+ * FP8: every matrix; RQ4: every matrix but the output head, which takes llama.cpp's head rule
+ * unless --pure); NULL past the end. */
 const rl_ftype *rl_ftype_rawloop_at(size_t i);
 
 /* A recipe file (`rawloop quantize --recipe FILE`): lines "PATTERN TYPE", '#' to the end of a
@@ -113,11 +114,11 @@ typedef struct rl_recipe_choice {
  *    _M / _S recipes that would be Q4_K is Q5_K; with calib, ffn_down of layers below n_layer / 8
  *    in Q4_1 for Q4_0 and Q5_1 for Q5_0 (llama.cpp does this only with an imatrix);
  *    token_embd.weight in Q8_0 for RQ2 unless pure (the rows it looks up, and the output
- *    head when tied, lose too much at 2 bits);
+ *    head when tied, lose too much at 2 bits); for RQ4 the head rule above, unless pure;
  *    everything else (token_embd included) in the base type;
  *  - a matrix whose ne[0] is not a multiple of the chosen type's block falls back as in
- *    llama.cpp's tensor_type_fallback: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (RQ2, which
- *    llama.cpp does not know, -> Q8_0), and to F16 when the fallback does not fit either. */
+ *    llama.cpp's tensor_type_fallback: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (RQ2 and RQ4,
+ *    which llama.cpp does not know, -> Q8_0), and to F16 when the fallback does not fit either. */
 uint32_t rl_recipe_type(const rl_recipe_ctx *c, const char *name, uint32_t n_dims,
                         const uint64_t *ne);
 

@@ -23,11 +23,13 @@ static const rl_type_info k_types[RL_TYPE_COUNT] = {
 static const rl_type_info k_rawloop_types[RL_RAWLOOP_TYPE_END - RL_RAWLOOP_TYPE_BASE] = {
     [RL_RQ2 - RL_RAWLOOP_TYPE_BASE] = {"RQ2", RL_QK_RQ2, 20},
     [RL_FP8 - RL_RAWLOOP_TYPE_BASE] = {"FP8", RL_QK, 34},
+    [RL_RQ4 - RL_RAWLOOP_TYPE_BASE] = {"RQ4", RL_QK_RQ4, 36},
 };
 
 /* Every type the engine computes with, in the order usage text lists them. */
 static const uint32_t k_computable[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_1,
-                                        RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2,  RL_FP8};
+                                        RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2,  RL_RQ4,
+                                        RL_FP8};
 
 const rl_type_info *rl_type_get(uint32_t type) {
     if (type >= RL_RAWLOOP_TYPE_BASE && type < RL_RAWLOOP_TYPE_END)

@@ -39,11 +39,16 @@ enum rl_type {
      * value = d * e4m3(code). 8.5 bits per weight, Q8_0's block geometry. docs/FORMATS.md,
      * section FP8. */
     RL_FP8 = 1025,
-    RL_RAWLOOP_TYPE_END = 1026,   /* one past the last rawloop type this build knows */
+    /* 64 weights: 32 bytes of 4-bit codes (per 32-value half h: byte 16h + i holds weight
+     * 32h + i in its low nibble, 32h + 16 + i in its high one, Q4_0's order), fp16 d, fp16 m;
+     * value = d*code + m. 4.5 bits per weight. docs/FORMATS.md, section RQ4. */
+    RL_RQ4 = 1026,
+    RL_RAWLOOP_TYPE_END = 1027,   /* one past the last rawloop type this build knows */
     RL_RAWLOOP_TYPE_LIMIT = 2048, /* ids [BASE, LIMIT) are reserved for rawloop's types */
 };
 
 #define RL_QK_RQ2 64 /* elements per RQ2 block */
+#define RL_QK_RQ4 64 /* elements per RQ4 block */
 #define RL_FORMAT_VERSION_KEY "rawloop.format_version" /* uint32 */
 #define RL_FORMAT_VERSION 1u /* the version this build writes and the highest it reads */
 
@@ -71,7 +76,7 @@ bool rl_type_is_float(uint32_t type);
 bool rl_type_fp32_act(uint32_t type);
 
 /* True for the types the engine can compute with (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K
- * RQ2 FP8) on the CPU; the GPU runs them all (rl_cuda_runs_type, src/backend.h). */
+ * RQ2 RQ4 FP8) on the CPU; the GPU runs them all (rl_cuda_runs_type, src/backend.h). */
 bool rl_type_computable(uint32_t type);
 
 /* True for ids in rawloop's reserved range [RL_RAWLOOP_TYPE_BASE, RL_RAWLOOP_TYPE_LIMIT),

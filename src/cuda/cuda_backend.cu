@@ -67,8 +67,13 @@ struct rl_cuda {
     int32_t *h_amax;  /* pinned */
     cudaStream_t st;
     cudaGraphExec_t graph; /* one token */
-    size_t launches;
-    size_t streamed; /* of them, streamed matvecs (mvs.cu) */
+    /* the one-token graph's kernels, as its report gives them; capturing other graphs
+     * (chunks, the profile) saves and restores them */
+    struct {
+        size_t launches;
+        size_t streamed; /* of them, streamed matvecs (mvs.cu) */
+        size_t bulked;   /* of those, with bulk copies (RL_CUDA_MVB) */
+    } n;
     /* decoding's layers in one persistent kernel (persist.cu) where it applies */
     bool pk_on;
     rl_pk_plan pk;
@@ -146,7 +151,7 @@ static int knob(const char *name, int def, int lo, int hi, int *out, rl_err *e) 
 static int mv_warps_for(size_t n_embd) { return n_embd >= 4096 ? 16 : 8; }
 
 /* Which weight types decoding's matvec streams (mvs.cu) when RL_CUDA_MVS is unset: 1 all the
- * plane types, 2 the 8-bit-or-less ones only (Q4_0, Q8_0, FP8, RQ2). With PDL on the streamed launches (H200, tg128,
+ * plane types, 2 the 8-bit-or-less ones only (Q4_0, Q8_0, FP8, RQ2, RQ4). With PDL on the streamed launches (H200, tg128,
  * docs/PERF.md v2.4): TinyLlama F16 +15% streamed, Llama-2-7B F16 -8% (its 16-bit rings leave
  * 13-16 warps per SM where the register kernel has 32); Q4_0/Q8_0 gain at both sizes. */
 static int mvs_for(size_t n_embd) { return n_embd >= 4096 ? 2 : 1; }
@@ -165,11 +170,15 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
         knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */
         knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e) || /* streamed matvec (mvs.cu); unset: mvs_for */
+        knob("RL_CUDA_MVB", 0, 0, 1, &k->mvb, e) || /* bulk copies into the streamed matvec (mvs.cuh) */
+        knob("RL_CUDA_MVB_UP", 128, 32, 1024, &k->mvb_up, e) ||
+        knob("RL_CUDA_MVB_SLOTS", 4, 2, 8, &k->mvb_slots, e) ||
         knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
         knob("RL_CUDA_PF_ROPE_TAB", 1, 0, 1, &k->pf_rope_tab, e) || /* its RoPE angles (attention.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
         return -1;
+    if (k->mvb_up % 32) return rl_fail(e, "RL_CUDA_MVB_UP=%d: expected a multiple of 32", k->mvb_up);
     return 0;
 }
 
@@ -197,7 +206,8 @@ static int put_vec(rl_cuda *c, const float *src, size_t n, const float **dst, rl
 }
 
 static int put_mat(rl_cuda *c, const rl_matrix *w, rl_dmat *d, const char *what, rl_err *e) {
-    if (!rl_mv_type_ok(w->type) || w->cols % (w->type == RL_RQ2 ? 64 : 32)) /* a type the CPU gains is not run here silently */
+    /* whole blocks, and at least 32-value chunks (the float types); a type the CPU gains is not run here silently */
+    if (!rl_mv_type_ok(w->type) || w->cols % (rl_type_get(w->type)->blck > 32 ? rl_type_get(w->type)->blck : 32))
         return rl_fail(e, "CUDA: %s: type %s with %zu columns is not supported on the GPU (--device cpu runs it)",
                        what, rl_type_name(w->type), w->cols);
     size_t qb, sb;
@@ -274,8 +284,9 @@ static int dev_alloc(void **p, size_t n, const char *what, rl_err *e) {
 static void mv_go(rl_cuda *c, const rl_mv_args *a, int *rc) {
     int k = rl_mv_launch(a, &c->knobs, c->n_sm, c->st);
     if (k < 0) *rc = -1;
-    else c->launches += (size_t)k;
-    c->streamed += rl_mvs_warps(a, &c->knobs) > 0;
+    else c->n.launches += (size_t)k;
+    c->n.streamed += rl_mvs_warps(a, &c->knobs) > 0;
+    c->n.bulked += rl_mvs_warps(a, &c->knobs) > 0 && rl_mvb_applies(a, &c->knobs);
 }
 
 /* The arguments of a one-matrix matvec: y (mode) W · x, x RMS-normalised first with norm_w. */
@@ -383,20 +394,19 @@ static int enqueue(rl_cuda *c, int ns, int head, rl_err *e) {
     int D = (int)cfg->n_embd, V = (int)cfg->n_vocab, rc = 0;
     /* 2: only the launches that copy weights before they wait (rl_mvs_launch, rl_mvx_launch) */
     bool pdl = c->knobs.pdl == 1;
-    c->launches = 0;
-    c->streamed = 0;
+    c->n.launches = c->n.streamed = c->n.bulked = 0;
     c->gm.n = 0;
     if (c->prof_cap) cudaEventRecordWithFlags(c->gm.ev[0], c->st, cudaEventRecordExternal);
     rl_deq_rows_launch(&c->emb, c->io->toks, 0, ns, c->x, false, c->st); /* the first node: a plain launch */
-    c->launches++;
+    c->n.launches++;
     mark(c, "embed", (double)c->emb.q_row + (double)c->emb.s_row);
     /* decoding: every layer in one persistent kernel where it applies (not in the profile's
      * graph, whose point is a time per step) */
     const bool persist = ns == 1 && c->pk_on && !c->prof_cap;
     if (persist) {
         if (rl_persist_launch(&c->pk, c->pk_lay, (int)cfg->n_layer, c->pk_bar, c->pk_trace, c->st)) rc = -1;
-        c->launches++;
-        c->streamed += 4 * cfg->n_layer;
+        c->n.launches++;
+        c->n.streamed += 4 * cfg->n_layer;
     }
     for (size_t l = 0; l < (persist ? 0 : cfg->n_layer); l++) {
         const dlayer *L = &c->lay[l];
@@ -407,11 +417,11 @@ static int enqueue(rl_cuda *c, int ns, int head, rl_err *e) {
         mark(c, fold ? "qkv+rope+kv" : "qkv", dmat_bytes(&L->wq) + dmat_bytes(&L->wk) + dmat_bytes(&L->wv));
         if (!fold) {
             rl_rope_kv_launch(&P.att, pdl, c->st);
-            c->launches++;
+            c->n.launches++;
             mark(c, "rope+kv", 0);
         }
         if (rl_attention_launch(&P.att, pdl, c->st)) rc = -1;
-        c->launches++;
+        c->n.launches++;
         mark(c, "attention", -1);
         mv_go(c, &P.wo, &rc);
         mark(c, "wo+residual", dmat_bytes(&L->wo));
@@ -428,7 +438,7 @@ static int enqueue(rl_cuda *c, int ns, int head, rl_err *e) {
     mv_go(c, &a, &rc);
     mark(c, "norm+lm_head", dmat_bytes(&c->out));
     rl_argmax_launch(c->logits + (size_t)(ns - 1) * V, V, c->amax, pdl, c->st);
-    c->launches++;
+    c->n.launches++;
     mark(c, "argmax", 0);
     CK(cudaGetLastError());
     if (rc) return rl_fail(e, "CUDA: a kernel launch failed");
@@ -609,11 +619,10 @@ static int cuda_profile(void *impl, bool on, rl_err *e) {
         return -1;
     if (!c->pgraph) {
         c->prof_cap = true;
-        size_t launches = c->launches, streamed = c->streamed;
+        const auto n = c->n;
         int rc = capture_into(c, &c->pgraph, 1, 1, e);
         c->prof_cap = false;
-        c->launches = launches;
-        c->streamed = streamed;
+        c->n = n;
         if (rc) return -1;
     }
     c->prof_on = true;
@@ -821,14 +830,13 @@ static int prefill_fast(rl_cuda *c, const int32_t *tokens, size_t S, size_t pos,
             if (pf_all_logits(c, n, logits + s0 * nv, e)) return -1;
             mark(c, "LM head, every token", 0);
         } else if (s0 + n == S) { /* the last token's logits: decoding's final norm + LM head */
-            size_t launches = c->launches, streamed = c->streamed;
+            const auto cnt = c->n;
             int rc = 0;
             rl_mv_args a;
             mv_args1(c, &a, &c->out, c->logits, RL_MV_STORE, c->px + (n - 1) * cfg->n_embd, c->out_norm,
                      (int)cfg->n_embd, 1, 0);
             mv_go(c, &a, &rc);
-            c->launches = launches;
-            c->streamed = streamed;
+            c->n = cnt;
             if (rc) return rl_fail(e, "CUDA: fast prefill: LM head launch failed");
             rl_argmax_launch(c->logits, (int)nv, c->amax, false, c->st);
             mark(c, "norm + LM head + argmax", dmat_bytes(&c->out));
@@ -870,10 +878,9 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
             }
         const bool all = logits && all_logits;
         if (gi >= 0 && !c->cgraph[all][gi]) {
-            size_t launches = c->launches, streamed = c->streamed; /* the report keeps the one-token count */
+            const auto cnt = c->n; /* the report keeps the one-token count */
             int rc = capture_into(c, &c->cgraph[all][gi], (int)ns, all ? (int)ns : 1, e);
-            c->launches = launches;
-            c->streamed = streamed;
+            c->n = cnt;
             if (rc) return -1;
         }
         rl_cuda_io *h = &c->h_io[pos + s];
@@ -958,7 +965,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     CK(cudaGetDeviceProperties(&p, 0));
     CK(cudaSetDevice(0));
     c->n_sm = p.multiProcessorCount;
-    if (p.major < 9) c->knobs.pdl = 0; /* griddepcontrol is sm_90+ */
+    if (p.major < 9) c->knobs.pdl = c->knobs.mvb = 0; /* griddepcontrol, cp.async.bulk: sm_90+ */
     c->n_ctx = o->n_ctx ? o->n_ctx : (cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
     c->q_dim = cfg->n_head * cfg->head_dim;
     c->kv_dim = cfg->n_head_kv * cfg->head_dim;
@@ -1069,10 +1076,11 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         fprintf(stderr, "rawloop: RL_CUDA_PERSIST=1 but the persistent kernel does not apply: %s\n", c->pk_why);
     if (c->pk_on)
         snprintf(b->name, sizeof b->name, "cuda %.40s, graph of %zu launches/token (layers: 1 persistent)%s", p.name,
-                 c->launches, c->kv_q8 ? ", q8 KV cache" : "");
+                 c->n.launches, c->kv_q8 ? ", q8 KV cache" : "");
     else
-        snprintf(b->name, sizeof b->name, "cuda %.40s, graph of %zu launches/token (%zu streamed)%s%s", p.name,
-                 c->launches, c->streamed, c->knobs.pdl == 1 || (c->knobs.pdl == 2 && c->streamed) ? ", PDL" : "",
+        snprintf(b->name, sizeof b->name, "cuda %.40s, graph of %zu launches/token (%zu streamed%s)%s%s", p.name,
+                 c->n.launches, c->n.streamed, c->n.bulked ? ", bulk copies" : "",
+                 c->knobs.pdl == 1 || (c->knobs.pdl == 2 && c->n.streamed) ? ", PDL" : "",
                  c->kv_q8 ? ", q8 KV cache" : "");
     /* prompts: fast unless asked for exact (or --exact); without cuBLAS an explicit
      * --prefill fast is an error, the default falls back to exact and says why */
@@ -1130,7 +1138,7 @@ extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_o
 }
 
 extern "C" size_t rl_cuda_launches_per_token(const void *impl) {
-    return ((const rl_cuda *)impl)->launches;
+    return ((const rl_cuda *)impl)->n.launches;
 }
 
 extern "C" int32_t rl_cuda_last_argmax(void *impl) { return *((rl_cuda *)impl)->h_amax; }
@@ -1139,7 +1147,7 @@ extern "C" int32_t rl_cuda_last_argmax(void *impl) { return *((rl_cuda *)impl)->
 
 /* One launch of ns columns (1: decoding's kernels) for the two test hooks below. */
 static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes, const float *x,
-                       const float *norm_w, float eps, int mode, bool fast, size_t ns, float *y, bool *streamed,
+                       const float *norm_w, float eps, int mode, bool fast, size_t ns, float *y, int *kernel,
                        rl_err *e) {
     rl_cuda c;
     memset(&c, 0, sizeof c);
@@ -1149,6 +1157,7 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
     c.knobs.pdl = 0; /* a lone launch on the legacy stream */
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));
+    if (p.major < 9) c.knobs.mvb = 0;
     rl_matrix mat = {type, w, rows, cols, row_bytes};
     rl_dmat d, d2;
     const size_t out_rows = mode == RL_MV_GLU ? rows / 2 : rows, xb = align256(ns * cols * 4),
@@ -1190,7 +1199,7 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
         a.ns = (int)ns;
         a.ys = (int)out_rows;
         a.scratch = scratch;
-        if (streamed) *streamed = rl_mvs_warps(&a, &c.knobs) > 0;
+        if (kernel) *kernel = rl_mvs_warps(&a, &c.knobs) > 0 ? 1 + rl_mvb_applies(&a, &c.knobs) : 0;
         if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0) < 0 ||
             cudaDeviceSynchronize() || cudaMemcpy(y, dy, ns * out_rows * 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));
@@ -1201,8 +1210,8 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
 
 extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols,
                                    size_t row_bytes, const float *x, const float *norm_w, float eps,
-                                   int mode, bool fast, float *y, bool *streamed, rl_err *e) {
-    return test_matvec(type, w, rows, cols, row_bytes, x, norm_w, eps, mode, fast, 1, y, streamed, e);
+                                   int mode, bool fast, float *y, int *kernel, rl_err *e) {
+    return test_matvec(type, w, rows, cols, row_bytes, x, norm_w, eps, mode, fast, 1, y, kernel, e);
 }
 
 extern "C" int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,

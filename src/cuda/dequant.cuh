@@ -227,6 +227,21 @@ __device__ __forceinline__ void deq_rq2(const uint8_t *w, const uint8_t *s, int 
     }
 }
 
+/* RQ4, repacked: a code plane (32 bytes per 64-value block; half h of the block is 16 bytes
+ * in Q4_0's order: byte i holds value i in its low nibble, value 16 + i in its high one) and the
+ * (d, m) plane as RQ2's. Chunk c is half c%2 of block c/2: one aligned 16-byte load. */
+__device__ __forceinline__ void deq_rq4(const uint8_t *w, const uint8_t *s, int c, float *v) {
+    const uint4 t = __ldg((const uint4 *)(w + (size_t)c * 16));
+    const uint32_t dm = __ldg((const unsigned int *)s + c / 2), u[4] = {t.x, t.y, t.z, t.w};
+    const float d = h2f((uint16_t)(dm & 0xffff)), m = h2f((uint16_t)(dm >> 16));
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const uint32_t b = (u[j / 4] >> (8 * (j % 4))) & 0xff;
+        v[j] = __fadd_rn(__fmul_rn(d, (float)(b & 15)), m);
+        v[16 + j] = __fadd_rn(__fmul_rn(d, (float)(b >> 4)), m);
+    }
+}
+
 /* The 32-value blocks with 4- or 5-bit codes, kept in the file's layout: Q4_1 (20 bytes: d, m,
  * qs[16]), Q5_0 (22: d, qh[4], qs[16]), Q5_1 (24: d, m, qh[4], qs[16]); only 2-byte aligned in
  * general, so loaded as 16-bit words. Value j: the nibble j of qs (low nibbles first), plus bit
@@ -286,6 +301,7 @@ __device__ __forceinline__ void deq32(const uint8_t *w, const uint8_t *s, int c,
     else if (T == RL_Q4_K) deq_qk45<false>(w, s, c, v);
     else if (T == RL_Q5_K) deq_qk45<true>(w, s, c, v);
     else if (T == RL_Q6_K) deq_q6_k(w, s, c, v);
+    else if (T == RL_RQ4) deq_rq4(w, s, c, v);
     else deq_rq2(w, s, c, v);
 }
 

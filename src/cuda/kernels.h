@@ -71,12 +71,13 @@ struct rl_cuda_io {
  * (rows x n/32 fp16); Q6_K into a plane of 208-byte blocks (ql, qh, sub-scales: 16-byte
  * aligned) and a plane of its fp16 d (rows x n/256); RQ2 into a code plane (rows x n/4 bytes:
  * every 64-element block's 16 code bytes, as in the file, 16-byte aligned) and a plane of its
- * (d, m) fp16 pairs (rows x n/64 x 4 bytes, d first); every other type keeps its GGUF
+ * (d, m) fp16 pairs (rows x n/64 x 4 bytes, d first); RQ4 the same with 32 code bytes per
+ * block (rows x n/2 bytes); every other type keeps its GGUF
  * row-major block layout (scale unused). Same total bytes as the file. */
 struct rl_dmat {
     uint32_t type;
     const uint8_t *q;   /* quants / raw rows, row r at q + r * q_row */
-    const uint8_t *s;   /* fp16 scales (Q4_0, Q8_0, Q6_K; RQ2 (d, m)), row r at s + r * s_row; else NULL */
+    const uint8_t *s;   /* fp16 scales (Q4_0, Q8_0, Q6_K; RQ2 / RQ4 (d, m)), row r at s + r * s_row; else NULL */
     size_t q_row, s_row;
     int rows, cols;
 };
@@ -147,9 +148,14 @@ struct rl_cuda_knobs {
                             (RL_CUDA_PERSIST: 0 off, the default: slower than the
                             launch graph on every model measured, docs/PERF.md v2.5; 1 on) */
     int mvs;             /* decoding's matvec streams weights through a shared-memory ring
-                            (RL_CUDA_MVS): 0 never (mv_kernel), 1 Q4_0/Q8_0/FP8/RQ2/F16/BF16,
-                            2 Q4_0/Q8_0/FP8/RQ2 (RQ2: the shift decoder only);
+                            (RL_CUDA_MVS): 0 never (mv_kernel), 1 Q4_0/Q8_0/FP8/RQ2/RQ4/F16/BF16,
+                            2 Q4_0/Q8_0/FP8/RQ2/RQ4 (RQ2: the shift decoder only);
                             unset: by shape (cuda_backend.cu mvs_for) */
+    int mvb;             /* the streamed matvec's weights arrive by bulk copies (RL_CUDA_MVB: 0
+                            cp.async per lane, the default; 1 cp.async.bulk pages, mvs.cuh
+                            mvb_warp, on sm_90 for Q4_0/Q8_0/FP8/RQ2/RQ4); the same bits */
+    int mvb_up;          /* its most units per page (RL_CUDA_MVB_UP, a multiple of 32) */
+    int mvb_slots;       /* the slots per warp it aims for, pages narrowing to fit (RL_CUDA_MVB_SLOTS) */
     int mvx;             /* exact chunks of Q4_0 / Q8_0 with 8-bit activations on int8 tensor
                             cores (mvx.cu; RL_CUDA_MVX: 1 default, 0 the dp4a chunk kernel);
                             the same bits either way */
@@ -176,6 +182,8 @@ bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
  * columns with the decode kernel's block size, streamed or not: the norm's sum depends on it. */
 int rl_mvs_warps(const rl_mv_args *a, const rl_cuda_knobs *k);
 int rl_mvs_prepare(void);
+/* Whether the streamed launch of a would copy its weights in bulk (knob RL_CUDA_MVB). */
+bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The tensor-core exact chunk (mvx.cu): whether it applies to a (ns > 1, Q4_0 / Q8_0, 8-bit
  * activations, the knob on), and its launches: the columns' staging, in blocks of stage_warps
  * warps (the one-token kernel's block size, so the norm's sums are the same), then the matvec.

@@ -26,7 +26,7 @@
 /* ---- device layout ---------------------------------------------------------------------- */
 
 bool rl_dmat_repacked(uint32_t type) {
-    return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q6_K || type == RL_RQ2;
+    return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q6_K || type == RL_RQ2 || type == RL_RQ4;
 }
 
 void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, size_t *q_bytes,
@@ -40,8 +40,8 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
     } else if (type == RL_Q6_K) { /* 208 bytes of quants and sub-scales per 256, fp16 d apart */
         *q_bytes = rows * (cols / 256) * 208;
         *s_bytes = rows * (cols / 256) * 2;
-    } else if (type == RL_RQ2) { /* 16 code bytes per 64, the (d, m) fp16 pair apart */
-        *q_bytes = rows * (cols / 4);
+    } else if (type == RL_RQ2 || type == RL_RQ4) { /* 16 (RQ4: 32) code bytes per 64, the (d, m) fp16 pair apart */
+        *q_bytes = rows * (cols / (type == RL_RQ2 ? 4 : 2));
         *s_bytes = rows * (cols / 64) * 4;
     } else {
         *q_bytes = rows * row_bytes;
@@ -50,13 +50,14 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
 }
 
 /* Q4_0 / Q8_0 / FP8: [16-bit d][quants] blocks -> quants plane + d plane. Q6_K: [ql qh scales][fp16 d]
- * 210-byte blocks (only 2-byte aligned) -> 208-byte (16-byte aligned) plane + d plane. RQ2:
- * [codes][fp16 d][fp16 m] 20-byte blocks (4-byte aligned) -> 16-byte code plane + (d, m) plane. */
+ * 210-byte blocks (only 2-byte aligned) -> 208-byte (16-byte aligned) plane + d plane. RQ2 / RQ4:
+ * [codes][fp16 d][fp16 m] 20- / 36-byte blocks (4-byte aligned) -> 16- / 32-byte code plane +
+ * (d, m) plane. */
 void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols, size_t row_bytes,
                     uint8_t *q, uint8_t *s) {
-    if (type == RL_Q6_K || type == RL_RQ2) {
-        const size_t bs = type == RL_Q6_K ? 210 : 20, qb = type == RL_Q6_K ? 208 : 16,
-                     sb = bs - qb, nb = cols / (type == RL_Q6_K ? 256 : 64);
+    if (type == RL_Q6_K || type == RL_RQ2 || type == RL_RQ4) {
+        const size_t bs = type == RL_Q6_K ? 210 : type == RL_RQ2 ? 20 : 36, sb = type == RL_Q6_K ? 2 : 4,
+                     qb = bs - sb, nb = cols / (type == RL_Q6_K ? 256 : 64);
         for (size_t r = 0; r < rows; r++)
             for (size_t b = 0; b < nb; b++) {
                 const uint8_t *blk = src + r * row_bytes + b * bs;
@@ -170,6 +171,9 @@ mv_kernel(const rl_mv_args a) {
                     if constexpr (T == RL_RQ2) {
                         if constexpr (Q8) rq2_q8<LUT>(rw[u], xq, xd, xsum, c, lut, acc[s]);
                         else rq2_f32<LUT>(rw[u], xs_s, c, lut, acc[s]);
+                    } else if constexpr (T == RL_RQ4) {
+                        if constexpr (Q8) rq4_q8(rw[u], xq, xd, xsum, c, acc[s]);
+                        else rq4_f32(rw[u], xs_s, c, acc[s]);
                     } else if constexpr (Q8) {
                         const int4 xa = *(const int4 *)(xq + c * 32), xc = *(const int4 *)(xq + c * 32 + 16);
                         const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
@@ -222,6 +226,7 @@ static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8, bool lut, int ns) {
     case RL_Q5_1: return mv_pick<RL_Q5_1>(glu, q8, ns);
     case RL_Q4_K: return mv_pick<RL_Q4_K>(glu, q8, ns);
     case RL_Q5_K: return mv_pick<RL_Q5_K>(glu, q8, ns);
+    case RL_RQ4: return mv_pick<RL_RQ4>(glu, q8, ns);
     default: return mv_pick<RL_Q6_K>(glu, q8, ns);
     }
 }
@@ -229,7 +234,7 @@ static mv_fn mv_kernel_for(uint32_t type, bool glu, bool q8, bool lut, int ns) {
 bool rl_mv_q8(uint32_t type) { return q8_ok((int)type); }
 
 /* The weight types this backend has kernels for: the one list (mv_kernel_for dispatches it). */
-static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2, RL_FP8};
+static const uint32_t k_types[] = {RL_F32, RL_F16, RL_BF16, RL_Q4_0, RL_Q8_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2, RL_RQ4, RL_FP8};
 
 bool rl_mv_type_ok(uint32_t type) {
     for (uint32_t t : k_types)

@@ -114,10 +114,10 @@ __device__ __forceinline__ float chunk_dot(const uint8_t *w, const uint8_t *s, i
  * has 2 * U * NV loads in flight (Q4_0 4 + 4 scale loads, Q8_0 8, F16/BF16 8, F32 16, RQ2
  * 4 + 4 (d, m) loads). */
 template <int T> struct mv_tr {
-    static constexpr int CW = T == RL_RQ2 ? 64 : 32;
-    static constexpr int NV = (T == RL_Q4_0 || T == RL_RQ2) ? 1 : (T == RL_Q8_0 || T == RL_FP8) ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
-    static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2) ? 2 : 1;
-    static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2) ? 3 : 2;
+    static constexpr int CW = T == RL_RQ2 || T == RL_RQ4 ? 64 : 32;
+    static constexpr int NV = (T == RL_Q4_0 || T == RL_RQ2) ? 1 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ4) ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
+    static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4) ? 2 : 1;
+    static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4) ? 3 : 2;
     /* registers per thread: MINB blocks of 256 threads resident per SM, whatever the block size
      * (the decode kernel takes blocks of up to 512 threads: __maxnreg__, not launch bounds) */
     static constexpr int REGS = (65536 / (256 * MINB)) & ~7;
@@ -130,12 +130,12 @@ template <int T> struct mv_tr {
  * differs. */
 __host__ __device__ constexpr bool q8_ok(int T) {
     return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_Q4_1 || T == RL_Q5_0 || T == RL_Q5_1 || T == RL_Q4_K || T == RL_Q5_K ||
-           T == RL_Q6_K || T == RL_RQ2;
+           T == RL_Q6_K || T == RL_RQ2 || T == RL_RQ4;
 }
 
 template <int T> struct raw_chunk {
     uint4 v[mv_tr<T>::NV > 0 ? mv_tr<T>::NV : 1];
-    uint32_t d; /* scale bits: fp16 (Q4_0, Q8_0), bf16 (FP8); RQ2: the (d, m) fp16 pair, d low */
+    uint32_t d; /* scale bits: fp16 (Q4_0, Q8_0), bf16 (FP8); RQ2, RQ4: the (d, m) fp16 pair, d low */
 };
 
 template <int T>
@@ -146,7 +146,7 @@ __device__ __forceinline__ void ld_chunk(raw_chunk<T> &r, const uint8_t *w, cons
 #pragma unroll
         for (int k = 0; k < NV; k++) r.v[k] = __ldg(p + k);
         if constexpr (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8) r.d = __ldg((const unsigned short *)s + c);
-        if constexpr (T == RL_RQ2) r.d = __ldg((const unsigned int *)s + c);
+        if constexpr (T == RL_RQ2 || T == RL_RQ4) r.d = __ldg((const unsigned int *)s + c);
     }
 }
 
@@ -449,6 +449,68 @@ __device__ __forceinline__ void rq2_f32(const raw_chunk<RL_RQ2> *r, const float 
                     a1[i] = fmaf(fmaf(d[i], c[1], m[i]), x4[j].y, a1[i]);
                     a0[i] = fmaf(fmaf(d[i], c[2], m[i]), x4[j].z, a0[i]);
                     a1[i] = fmaf(fmaf(d[i], c[3], m[i]), x4[j].w, a1[i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += a0[i] + a1[i];
+    }
+}
+
+/* ---- RQ4 -----------------------------------------------------------------------------------
+ * A lane owns whole 64-value blocks (mv_tr CW = 64) as with RQ2: per block and row two 16-byte
+ * loads of codes (half h: Q4_0's nibble order, byte i = values i and 16 + i) and one 4-byte
+ * load of (d, m), so a warp's loads of 32 consecutive blocks are 1024 and 128 contiguous bytes.
+ * The 8-bit plane stays in the plain layout (quant_x8 XL 0): half h of block b is chunk 2b + h.
+ *
+ * Fast path, block b of both rows: per half, dot = the codes . int8 inputs (dp4a), then the
+ * CPU reference's term (src/quant.c ref_fast_dot), every operation rounded as there:
+ *   (d * d_x) * (float)dot + m * s_x,   s_x = d_x * (float)sum(x)  (rl_q8a.s) */
+__device__ __forceinline__ void rq4_q8(const raw_chunk<RL_RQ4> *r, const int8_t *xq, const float *xd,
+                                       const int *xsum, int b, float *acc) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int c = 2 * b + h;
+        const int4 xa = *(const int4 *)(xq + c * 32), xc = *(const int4 *)(xq + c * 32 + 16);
+        const int xl[4] = {xa.x, xa.y, xa.z, xa.w}, xh[4] = {xc.x, xc.y, xc.z, xc.w};
+        const float sx = __fmul_rn(xd[c], (float)xsum[c]);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            int dot = 0;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t u = word(r[i].v[h], k);
+                dot = __dp4a((int)(u & 0x0F0F0F0Fu), xl[k], dot);
+                dot = __dp4a((int)((u >> 4) & 0x0F0F0F0Fu), xh[k], dot);
+            }
+            const float d = h2f((uint16_t)(r[i].d & 0xffff)), m = h2f((uint16_t)(r[i].d >> 16));
+            acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(d, xd[c]), (float)dot), __fmul_rn(m, sx));
+        }
+    }
+}
+
+/* fp32 path, block b of both rows. Value = d * code + m as deq_rq4: an fp16 d times a code
+ * 0..15 has at most 15 significant bits, exact in fp32, so one FFMA rounds as the reference's
+ * rounded add; the code becomes a float through the 2^23 byte permute (mag). */
+__device__ __forceinline__ void rq4_f32(const raw_chunk<RL_RQ4> *r, const float *xs, int b, float *acc) {
+    float d[2], m[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) d[i] = h2f((uint16_t)(r[i].d & 0xffff)), m[i] = h2f((uint16_t)(r[i].d >> 16));
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float *xc = xs + (2 * b + h) * 36;
+        float a0[2] = {0.0f, 0.0f}, a1[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const float4 xl = *(const float4 *)(xc + 4 * k), xh = *(const float4 *)(xc + 16 + 4 * k);
+            const float fl[4] = {xl.x, xl.y, xl.z, xl.w}, fh[4] = {xh.x, xh.y, xh.z, xh.w};
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const uint32_t u = word(r[i].v[h], k), lo = u & 0x0F0F0F0Fu, hi = (u >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    a0[i] = fmaf(fmaf(d[i], mag(lo, j) - 8388608.0f, m[i]), fl[j], a0[i]);
+                    a1[i] = fmaf(fmaf(d[i], mag(hi, j) - 8388608.0f, m[i]), fh[j], a1[i]);
                 }
             }
         }

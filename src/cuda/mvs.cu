@@ -1,5 +1,5 @@
 /* Streamed matvec (v2.4): decoding's matvec for the weight types stored as planes (Q4_0, Q8_0,
- * FP8, RQ2, F16, BF16), one launch per matvec; the device code and its layout are in mvs.cuh.
+ * FP8, RQ2, RQ4, F16, BF16), one launch per matvec; the device code and its layout are in mvs.cuh.
  *
  * Why: mv_kernel (matvec.cu) loads U units of both rows into registers, waits for them,
  * computes, and loads again: each warp alternates between waiting for memory and computing,
@@ -24,7 +24,25 @@ __global__ void __launch_bounds__(512) mvs_kernel(const __grid_constant__ rl_mv_
     w.run(xs, red);
 }
 
+/* The bulk-copy variant (mvs.cuh mvb_warp): the same block, staging and items; after the
+ * staging area, MAXD barriers per warp, then the warps' rings of D slots of up units each. */
+template <int T, bool GLU, bool Q8>
+__global__ void __launch_bounds__(512) mvb_kernel(const __grid_constant__ rl_mv_args a, int up, int D) {
+    extern __shared__ __align__(16) float xs[];
+    __shared__ double red[32];
+    rl_pdl_trigger();
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    uint8_t *base = (uint8_t *)xs + mvs_x_bytes(a.n, Q8);
+    uint8_t *ring = base + (size_t)nw * mvb_tr<T>::MAXD * 8 + (size_t)warp * D * mvb_slot_bytes(T, up);
+    mvb_warp<T, GLU, Q8> w;
+    w.init(&a, ring, (uint64_t *)base + (size_t)warp * mvb_tr<T>::MAXD, up, D, blockIdx.x * nw + warp, gridDim.x * nw);
+    w.prefetch(); /* weights only: in flight before waiting for the previous kernel */
+    rl_pdl_wait();
+    w.run(xs, red);
+}
+
 typedef void (*mvs_fn)(const rl_mv_args);
+typedef void (*mvb_fn)(const rl_mv_args, int, int);
 
 template <int T> static mvs_fn mvs_pick(bool glu, bool q8) {
     if constexpr (q8_ok(T))
@@ -42,9 +60,28 @@ static mvs_fn mvs_kernel_for(uint32_t type, bool glu, bool q8) {
     }
 }
 
+template <int T> static mvb_fn mvb_pick(bool glu, bool q8) {
+    if constexpr (mvs_scaled(T)) {
+        if constexpr (q8_ok(T))
+            if (q8) return glu ? mvb_kernel<T, true, true> : mvb_kernel<T, false, true>;
+        return glu ? mvb_kernel<T, true, false> : mvb_kernel<T, false, false>;
+    }
+    return nullptr;
+}
+
+/* NULL for a type without a bulk kernel */
+static mvb_fn mvb_kernel_for(uint32_t type, bool glu, bool q8) {
+    switch (type) {
+#define MVB_CASE(t) case t: return mvb_pick<t>(glu, q8);
+        RL_MVS_TYPES(MVB_CASE)
+#undef MVB_CASE
+    default: return nullptr;
+    }
+}
+
 /* The most dynamic shared memory a block of f may have: the device's opt-in limit less the
  * kernel's static shared memory. 0 on error. */
-static size_t mvs_smem_limit(mvs_fn f) {
+template <typename F> static size_t mvs_smem_limit(F f) {
     int dev = 0, optin = 0;
     cudaFuncAttributes fa;
     if (!f || cudaGetDevice(&dev) != cudaSuccess ||
@@ -66,6 +103,10 @@ int rl_mvs_prepare(void) {
                 cudaError_t err = lim ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lim)
                                       : cudaErrorInvalidValue;
                 if (err != cudaSuccess) return (int)err;
+                mvb_fn fb = mvb_kernel_for(t, g, q);
+                if (fb && (lim = mvs_smem_limit(fb)) &&
+                    (err = cudaFuncSetAttribute(fb, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lim)) != cudaSuccess)
+                    return (int)err;
             }
     return 0;
 }
@@ -92,10 +133,44 @@ static int mvs_plan(const rl_mv_args *a, const rl_cuda_knobs *k, mvs_fn *f, size
     return lim && *smem <= lim ? nw : 0;
 }
 
+/* The bulk launch of a (0: not bulk): mvs_plan's warps, so the same staging and bits, and in
+ * the shared memory left over per warp a ring of D >= 2 slots of up units: up as large as the
+ * knob allows while D reaches the knob's slots (a warp then has D - 1 pages in flight while it
+ * computes one). Bulk copies need sm_90, 16-byte aligned runs whose sizes are multiples of 16:
+ * aligned scale rows, and a row's scale bytes a multiple of 16. */
+static int mvb_plan(const rl_mv_args *a, const rl_cuda_knobs *k, int nw, mvb_fn *f, size_t *smem, int *up, int *D) {
+    const int type = (int)a->seg[0].w.type;
+    if (!k->mvb || !nw || !mvs_scaled(type) || !rl_mv_planes_aligned(a, 16, true)) return 0;
+    const bool rq = type == RL_RQ2 || type == RL_RQ4; /* 64-value units, (d, m) scales */
+    const int cw = rq ? 64 : 32, sbu = rq ? 4 : 2, nu = a->n / cw;
+    if ((size_t)nu * sbu % 16) return 0;
+    const bool q8 = a->fast && rl_mv_q8((uint32_t)type);
+    *f = mvb_kernel_for((uint32_t)type, a->mode == RL_MV_GLU, q8);
+    const size_t lim = mvs_smem_limit(*f), fixed = mvs_x_bytes(a->n, q8) + (size_t)nw * 8 * 8; /* MAXD barriers */
+    if (!*f || lim <= fixed) return 0;
+    const size_t per_warp = (lim - fixed) / nw;
+    int u = (nu + 31) / 32 * 32;
+    if (u > k->mvb_up) u = k->mvb_up;
+    while (u > 32 && per_warp / mvb_slot_bytes(type, u) < (size_t)k->mvb_slots) u -= 32;
+    const size_t d = per_warp / mvb_slot_bytes(type, u);
+    if (d < 2) return 0;
+    *up = u;
+    *D = d > 8 ? 8 : (int)d;
+    *smem = fixed + (size_t)nw * *D * mvb_slot_bytes(type, u);
+    return nw;
+}
+
 int rl_mvs_warps(const rl_mv_args *a, const rl_cuda_knobs *k) {
     mvs_fn f;
     size_t smem;
     return mvs_plan(a, k, &f, &smem);
+}
+
+bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
+    mvb_fn f;
+    size_t smem;
+    int up, D;
+    return mvb_plan(a, k, rl_mvs_warps(a, k), &f, &smem, &up, &D) > 0;
 }
 
 int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
@@ -103,12 +178,20 @@ int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStr
     size_t smem;
     const int nw = mvs_plan(a, k, &f, &smem);
     if (!nw) return 0;
+    mvb_fn fb;
+    size_t smem_b;
+    int up, D;
+    const bool bulk = mvb_plan(a, k, nw, &fb, &smem_b, &up, &D) > 0;
     int occ = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, nw * 32, smem) != cudaSuccess || occ < 1) occ = 1;
+    if ((bulk ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fb, nw * 32, smem_b)
+              : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, nw * 32, smem)) != cudaSuccess ||
+        occ < 1)
+        occ = 1;
     if (occ > k->mv_blocks_per_sm) occ = k->mv_blocks_per_sm;
     /* items per warp as even as the resident warps allow, then only as many blocks as that needs */
     const int items = mv_items(*a, a->mode == RL_MV_GLU), cap = occ * n_sm * nw, ipw = (items + cap - 1) / cap;
     const int blocks = (items + ipw * nw - 1) / (ipw * nw);
-    /* PDL (knob 1 or 2): the first D - 1 stages are copied while the previous kernel runs */
+    /* PDL (knob 1 or 2): the first stages are copied while the previous kernel runs */
+    if (bulk) return rl_launch(fb, dim3(blocks), dim3(nw * 32), smem_b, st, k->pdl != 0, *a, up, D) ? -1 : 1;
     return rl_launch(f, dim3(blocks), dim3(nw * 32), smem, st, k->pdl != 0, *a) ? -1 : 1;
 }

@@ -2,8 +2,8 @@
  * matvec) and the persistent decode kernel (persist.cu, every matvec of a token as phases of
  * one launch). Device code only.
  *
- * Weights of the plane types (Q4_0, Q8_0, FP8: a quant plane and a 16-bit scale plane; RQ2:
- * 16 code bytes per 64-value unit and a (d, m) plane of 4 bytes per unit; F16, BF16: rows) reach the lanes through a per-warp ring of D shared-memory stages filled by cp.async:
+ * Weights of the plane types (Q4_0, Q8_0, FP8: a quant plane and a 16-bit scale plane; RQ2 / RQ4:
+ * 16 / 32 code bytes per 64-value unit and a (d, m) plane of 4 bytes per unit; F16, BF16: rows) reach the lanes through a per-warp ring of D shared-memory stages filled by cp.async:
  * a warp keeps D - 1 stages in flight while it computes the oldest one, and the stream runs on
  * across its work items, so the loads never stop between items.
  *
@@ -23,12 +23,13 @@
 #ifndef RL_CUDA_MVS_CUH
 #define RL_CUDA_MVS_CUH
 
+#include "bulk.cuh"
 #include "mv.cuh"
 
 /* The streamed types, X(type) for each: every per-type list of the streamed matvec (mvs_type,
  * mvs_ring_bytes, the kernels rl_mvs_prepare sets up, mvs_kernel_for) is generated from this
  * one, so a type added here is added everywhere. */
-#define RL_MVS_TYPES(X) X(RL_Q4_0) X(RL_Q8_0) X(RL_FP8) X(RL_RQ2) X(RL_F16) X(RL_BF16)
+#define RL_MVS_TYPES(X) X(RL_Q4_0) X(RL_Q8_0) X(RL_FP8) X(RL_RQ2) X(RL_RQ4) X(RL_F16) X(RL_BF16)
 
 __host__ __device__ constexpr bool mvs_type(int T) {
 #define MVS_IS(t) T == t ||
@@ -39,7 +40,7 @@ __host__ __device__ constexpr bool mvs_type(int T) {
 /* The streamed types stored as planes with a scale plane (the quantized ones, whose rings are
  * of 8-bit codes or less; RL_CUDA_MVS=2 streams only these). */
 __host__ __device__ constexpr bool mvs_scaled(int T) {
-    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2;
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4;
 }
 
 /* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
@@ -47,11 +48,11 @@ __host__ __device__ constexpr bool mvs_scaled(int T) {
 template <int T> struct mvs_tr {
     static constexpr int NV = mv_tr<T>::NV; /* 16-byte pieces per unit (mv_tr CW values: 32, RQ2 64) */
     static constexpr bool S = mvs_scaled(T); /* has a scale plane */
-    static constexpr int SB = T == RL_RQ2 ? 4 : 2;          /* scale-plane bytes per unit (RQ2: d, m) */
+    static constexpr int SB = T == RL_RQ2 || T == RL_RQ4 ? 4 : 2; /* scale-plane bytes per unit (RQ2, RQ4: d, m) */
     static constexpr int QB = 32 * 16 * NV;                 /* one row's quants of a stage */
     static constexpr int ROW = QB + (S ? 32 * SB : 0);
     static constexpr int STAGE = 2 * ROW;
-    static constexpr int D = (T == RL_Q4_0 || T == RL_RQ2) ? 8 : (T == RL_Q8_0 || T == RL_FP8) ? 4 : 3;
+    static constexpr int D = (T == RL_Q4_0 || T == RL_RQ2) ? 8 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ4) ? 4 : 3;
     static constexpr int RING = D * STAGE; /* bytes of one warp's ring */
 };
 
@@ -67,6 +68,39 @@ __host__ __device__ inline size_t mvs_x_bytes(int n, bool q8) { return (stage_by
 
 /* Slot of 16-byte piece P of a row's stage: the XOR keeps it within its group of 8 pieces. */
 template <int NV> __device__ __forceinline__ int swz(int P) { return P ^ ((P >> 3) & (NV - 1)); }
+
+/* The staged input as the dot functions read it (mv_stage's layout at xs): fp32 (padded), and
+ * with 8-bit activations the int8 plane, the chunk scales and the integer sums after it. */
+struct mv_xin {
+    const float *xs, *xd;
+    const int8_t *xq;
+    const int *xsum;
+    __device__ __forceinline__ mv_xin(const float *xs_, int n) : xs(xs_) {
+        xq = (const int8_t *)((const char *)xs_ + xs_f32_bytes(n));
+        xd = (const float *)(xq + n);
+        xsum = (const int *)(xd + n / 32);
+    }
+};
+
+/* acc[i] += unit c of row i . x for both rows of an item: the streamed kernels' one dot, in
+ * mv_kernel's order (so all of them give the same bits). */
+template <int T, bool Q8>
+__device__ __forceinline__ void mvs_dot(const raw_chunk<T> *r, const mv_xin &x, int c, float *acc) {
+    if constexpr (T == RL_RQ2) { /* unit c is 64-value block c */
+        if constexpr (Q8) rq2_q8<false>(r, x.xq, x.xd, x.xsum, c, nullptr, acc);
+        else rq2_f32<false>(r, x.xs, c, nullptr, acc);
+    } else if constexpr (T == RL_RQ4) {
+        if constexpr (Q8) rq4_q8(r, x.xq, x.xd, x.xsum, c, acc);
+        else rq4_f32(r, x.xs, c, acc);
+    } else if constexpr (Q8) {
+        const int4 xa = *(const int4 *)(x.xq + c * 32), xc = *(const int4 *)(x.xq + c * 32 + 16);
+        const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
+#pragma unroll
+        for (int i = 0; i < 2; i++) acc[i] += dot_q8<T>(r[i], xw, x.xd[c], x.xsum[c]);
+    } else {
+        dot2<T>(r, x.xs + c * 36, acc, nullptr, nullptr, c);
+    }
+}
 
 /* One warp's share of one streamed matvec: items p0, p0 + G, ... of the launch (G warps in
  * all), J stages each. prefetch() issues the first D - 1 stages, which read only weights, so a
@@ -155,9 +189,7 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
         const int n = a->n, lane = threadIdx.x & 31;
         /* RQ2's 8-bit plane in the shift decoder's layout (the table decoder is not streamed) */
         mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, CG>(*a, a->x, xs, red);
-        const int8_t *xq = (const int8_t *)((const char *)xs + xs_f32_bytes(n));
-        const float *xd = (const float *)(xq + n);
-        const int *xsum = (const int *)(xd + n / 32);
+        const mv_xin x(xs, n);
         const int pos = a->io ? a->io->pos : 0;
         int p = p0, j = 0;
         mv_task t;
@@ -179,17 +211,7 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
                     if constexpr (TR::SB == 4) r[i].d = *(const uint32_t *)(ru + TR::QB + 4 * lane);
                     else if constexpr (TR::S) r[i].d = *(const uint16_t *)(ru + TR::QB + 2 * lane);
                 }
-                if constexpr (T == RL_RQ2) { /* unit c is 64-value block c */
-                    if constexpr (Q8) rq2_q8<false>(r, xq, xd, xsum, c, nullptr, acc);
-                    else rq2_f32<false>(r, xs, c, nullptr, acc);
-                } else if constexpr (Q8) {
-                    const int4 xa = *(const int4 *)(xq + c * 32), xc = *(const int4 *)(xq + c * 32 + 16);
-                    const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
-#pragma unroll
-                    for (int i = 0; i < 2; i++) acc[i] += dot_q8<T>(r[i], xw, xd[c], xsum[c]);
-                } else {
-                    dot2<T>(r, xs + c * 36, acc, nullptr, nullptr, c);
-                }
+                mvs_dot<T, Q8>(r, x, c, acc);
             }
             __syncwarp(); /* the slot is refilled by the next issue */
             if (++j == J) {
@@ -201,6 +223,149 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
             }
         }
         cp_wait<0>();
+    }
+};
+
+
+/* ---- bulk-copy ring (v2.15, knob RL_CUDA_MVB) ---------------------------------------------
+ * The same work items, per-lane unit order, dot (mvs_dot) and epilogue as mvs_warp, so the
+ * same bits; the weights reach shared memory as pages moved by the copy engine (bulk.cuh)
+ * instead of one cp.async per lane and 16 bytes. Why: the kernel lab's bulk matvec read
+ * layer-sized Q4_0 tensors at 1.2-1.8x mvs's rate (docs/PERF.md v2.14).
+ *
+ * Page k of a warp: units u0 .. u0 + pu - 1 of one item's two rows (pu <= UP, a run-time
+ * multiple of 32 chosen by the host, mvb_plan), laid out in its slot as row 0's quants, row 1's
+ * quants (pu * QU bytes each), row 0's scales, row 1's scales (pu * SB bytes each). Where the
+ * two rows' runs are adjacent in memory (a non-GLU item's whole rows: consecutive rows of a
+ * plane without padding) that is one copy per plane, else one per row and plane. A warp's ring
+ * has D slots and a barrier each (phase k / D of slot k % D); lane 0 issues the warp's own
+ * pages, refilling the slot the warp has just read, so no warp waits on another's progress and
+ * the barriers need no "empty" side. Reads from a slot: a lane takes its unit's 16-byte pieces
+ * at QU-byte strides (Q4_0: conflict-free; Q8_0 / FP8: two-way bank conflicts, which the
+ * copy engine's unswizzled layout cannot avoid). Only the types with a scale plane. */
+template <int T> struct mvb_tr {
+    static constexpr int QU = 16 * mv_tr<T>::NV; /* quant bytes per unit */
+    static constexpr int SB = mvs_tr<T>::SB;     /* scale bytes per unit */
+    static constexpr int MAXD = 8;               /* most slots per warp (the barrier area) */
+};
+/* Bytes of one slot holding up to up units of two rows, for a type known at run time (0: not
+ * a bulk type). */
+__host__ __device__ constexpr size_t mvb_slot_bytes(int T, int up) {
+#define MVB_SLOT(t) T == t ? (size_t)2 * up * (mvb_tr<t>::QU + mvb_tr<t>::SB) :
+    return mvs_scaled(T) ? RL_MVS_TYPES(MVB_SLOT) 0 : 0;
+#undef MVB_SLOT
+}
+
+template <int T, bool GLU, bool Q8> struct mvb_warp {
+    static_assert(mvs_scaled(T), "the bulk ring takes the types with a scale plane");
+    static constexpr int QU = mvb_tr<T>::QU, SB = mvb_tr<T>::SB;
+    const rl_mv_args *a;
+    const uint8_t *ring;
+    uint32_t rs, bar0; /* shared addresses of slot 0 and of its barrier */
+    int up, D, slot, nu, npg, G, items, p0, total;
+    int k_issue, ip, ipg; /* the copy cursor: page k_issue is page ipg of item ip */
+
+    __device__ __forceinline__ void init(const rl_mv_args *args, uint8_t *ring_, uint64_t *bars, int up_, int D_,
+                                         int warp_id, int n_warps) {
+        a = args;
+        ring = ring_;
+        rs = rl_smem_addr(ring_);
+        bar0 = rl_smem_addr(bars);
+        up = up_;
+        D = D_;
+        slot = (int)mvb_slot_bytes(T, up_);
+        nu = a->n / mv_tr<T>::CW;
+        npg = (nu + up - 1) / up;
+        G = n_warps;
+        items = mv_items(*a, GLU);
+        p0 = warp_id;
+        total = p0 < items ? ((items - 1 - p0) / G + 1) * npg : 0;
+        k_issue = 0;
+        ip = p0;
+        ipg = 0;
+        if ((threadIdx.x & 31) == 0) {
+            for (int i = 0; i < D; i++) mb_init(bar0 + 8 * i, 1);
+            mb_init_fence();
+        }
+        __syncwarp();
+    }
+
+    /* Lane 0 copies the next page into its slot (the caller has finished reading that slot). */
+    __device__ __forceinline__ void issue() {
+        if (k_issue >= total) return;
+        if ((threadIdx.x & 31) == 0) {
+            const int u0 = ipg * up, pu = min(up, nu - u0), sl = k_issue % D;
+            const uint32_t dst = rs + sl * slot, bar = bar0 + 8 * sl, qb = pu * QU, sb = pu * SB;
+            const mv_task t = mv_resolve(*a, ip, GLU);
+            const bool two = GLU || t.rb >= 0;
+            const uint8_t *q0 = t.w[0] + (size_t)u0 * QU, *q1 = t.w[1] + (size_t)u0 * QU;
+            const uint8_t *s0 = t.s[0] + (size_t)u0 * SB, *s1 = t.s[1] + (size_t)u0 * SB;
+            bulk_fence();
+            mb_expect(bar, (two ? 2 : 1) * (qb + sb));
+            if (two && q1 == q0 + qb && s1 == s0 + sb) {
+                bulk_copy(dst, q0, 2 * qb, bar);
+                bulk_copy(dst + 2 * qb, s0, 2 * sb, bar);
+            } else {
+                bulk_copy(dst, q0, qb, bar);
+                bulk_copy(dst + 2 * qb, s0, sb, bar);
+                if (two) {
+                    bulk_copy(dst + qb, q1, qb, bar);
+                    bulk_copy(dst + 2 * qb + sb, s1, sb, bar);
+                }
+            }
+        }
+        k_issue++;
+        if (++ipg == npg) {
+            ipg = 0;
+            ip += G;
+        }
+    }
+
+    /* The first D pages: weights only, so a caller may issue them before the input exists. */
+    __device__ __forceinline__ void prefetch() {
+        for (int k = 0; k < D; k++) issue();
+    }
+
+    /* As mvs_warp::run: stages the input with the whole block, then computes the warp's pages. */
+    __device__ __forceinline__ void run(float *xs, double *red) {
+        const int lane = threadIdx.x & 31;
+        mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, false>(*a, a->x, xs, red);
+        const mv_xin x(xs, a->n);
+        const int pos = a->io ? a->io->pos : 0;
+        int p = p0, pg = 0;
+        mv_task t;
+        if (total) t = mv_resolve(*a, p0, GLU);
+        float acc[2] = {0.0f, 0.0f};
+        for (int k = 0; k < total; k++) {
+            const int sl = k % D, u0 = pg * up, pu = min(up, nu - u0);
+            while (!mb_try(bar0 + 8 * sl, (uint32_t)(k / D) & 1)) {
+            }
+            const uint8_t *st = ring + (size_t)sl * slot;
+            for (int cl = lane; cl - lane < pu; cl += 32) { /* the lanes' units: mv_kernel's order */
+                if (cl < pu) {
+                    raw_chunk<T> r[2];
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        const uint8_t *ru = st + (size_t)(i * pu + cl) * QU;
+#pragma unroll
+                        for (int q = 0; q < mv_tr<T>::NV; q++) r[i].v[q] = *(const uint4 *)(ru + 16 * q);
+                        const uint8_t *su = st + (size_t)2 * pu * QU + (size_t)(i * pu + cl) * SB;
+                        if constexpr (SB == 4) r[i].d = *(const uint32_t *)su;
+                        else r[i].d = *(const uint16_t *)su;
+                    }
+                    mvs_dot<T, Q8>(r, x, u0 + cl, acc);
+                }
+            }
+            __syncwarp(); /* every lane has read the slot: refill it */
+            issue();
+            if (++pg == npg) {
+                mv_finish<GLU, false>(*a, t, p, acc, pos, 0);
+                acc[0] = acc[1] = 0.0f;
+                pg = 0;
+                p += G;
+                if (p < items) t = mv_resolve(*a, p, GLU);
+            }
+        }
     }
 };
 

@@ -182,6 +182,7 @@ static pk_fn pk_kernel_for(uint32_t type, bool q8) {
     case RL_Q8_0: return q8 ? persist_kernel<RL_Q8_0, true> : persist_kernel<RL_Q8_0, false>;
     case RL_FP8: return persist_kernel<RL_FP8, false>;
     case RL_RQ2: return q8 ? persist_kernel<RL_RQ2, true> : persist_kernel<RL_RQ2, false>;
+    case RL_RQ4: return q8 ? persist_kernel<RL_RQ4, true> : persist_kernel<RL_RQ4, false>;
     case RL_F16: return persist_kernel<RL_F16, false>;
     case RL_BF16: return persist_kernel<RL_BF16, false>;
     default: return nullptr;

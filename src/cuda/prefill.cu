@@ -77,6 +77,7 @@ int rl_deq_rows_launch(const rl_dmat *m, const int32_t *ids, int r0, int n, void
     case RL_Q5_K: return deq_rows_t<RL_Q5_K>(m, ids, r0, n, out, f16, st);
     case RL_Q6_K: return deq_rows_t<RL_Q6_K>(m, ids, r0, n, out, f16, st);
     case RL_RQ2: return deq_rows_t<RL_RQ2>(m, ids, r0, n, out, f16, st);
+    case RL_RQ4: return deq_rows_t<RL_RQ4>(m, ids, r0, n, out, f16, st);
     default: return (int)cudaErrorInvalidValue;
     }
 }

@@ -18,10 +18,11 @@ extern "C" {
  * matvec kernel. mode 0: store; 1: y += (y holds the input residual); 2: SwiGLU of W (first
  * rows/2 rows = gate) and its second half (up), y gets rows/2 values. fast: the 8-bit
  * activation path where the type has one (rl_mv_q8), as the backend runs without --exact.
- * *streamed (when not NULL): whether the streamed kernel (mvs.cu) ran it. */
+ * *kernel (when not NULL): which kernel ran it: 0 the register one (matvec.cu), 1 the streamed
+ * one (mvs.cu), 2 the streamed one with bulk copies (RL_CUDA_MVB). */
 int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,
                         const float *x, const float *norm_w, float eps, int mode, bool fast,
-                        float *y, bool *streamed, rl_err *e);
+                        float *y, int *kernel, rl_err *e);
 /* The same as an exact chunk of ns columns (4, 8 or 16) in one launch: x holds ns inputs of cols
  * values, y ns outputs (rows, or rows / 2 in mode 2) one after the other. */
 int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,

@@ -1,8 +1,10 @@
 /* GPU kernel tests (need a CUDA device; run by tests/cuda/run_device.sh). Every matvec type
  * and epilogue mode against a float64 reference computed on the CPU from rl_dequant_row (the
  * reference dequantiser), over several shapes; RQ2 under both of its code decoders
- * (RL_CUDA_RQ2_LUT=0 and 1), and the streamed types (F16, BF16, Q8_0, Q4_0) under both matvec
- * kernels (RL_CUDA_MVS=1 and 0), which must also agree bit for bit; the argmax's first-max tie
+ * (RL_CUDA_RQ2_LUT=0 and 1), the streamed types (F16, BF16, Q8_0, FP8, Q4_0) under both matvec
+ * kernels (RL_CUDA_MVS=1 and 0), and the types with a scale plane also with the streamed
+ * kernel's bulk copies (RL_CUDA_MVB=1, whole-row pages and 32-unit ones): all of which must
+ * agree bit for bit; the argmax's first-max tie
  * rule; the fast prefill's attention kernels. Without a device it says so and exits 77 (skipped). */
 #include <math.h>
 #include <stdio.h>
@@ -33,13 +35,13 @@ static double expected(const double *ref, const double *init, size_t rows, int m
  * residual of mode 1), then a second run that must give the same bits. dn names the variant. */
 static void check_gpu(uint32_t type, const uint8_t *w, size_t rows, size_t cols, const float *x,
                       const float *nw, int mode, bool fast, const double *ref, const double *init,
-                      float *y, const char *dn, bool *streamed) {
+                      float *y, const char *dn, int *kernel) {
     size_t out = mode == 2 ? rows / 2 : rows, rb = rl_row_bytes(type, cols);
     for (size_t r = 0; r < out; r++) y[r] = (float)init[r];
     double mx = 0, err = 0;
     for (size_t r = 0; r < out; r++) mx = fmax(mx, fabs(expected(ref, init, rows, mode, r)));
     rl_err e = {{0}};
-    int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, nw, 1e-5f, mode, fast, y, streamed, &e);
+    int rc = rl_cuda_test_matvec(type, w, rows, cols, rb, x, nw, 1e-5f, mode, fast, y, kernel, &e);
     CHECK(rc == 0, "%s: %s", rl_type_name(type), e.msg);
     int bad = 0;
     for (size_t r = 0; r < out; r++) {
@@ -107,28 +109,42 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
         }
     }
     for (size_t r = 0; r < out; r++) init[r] = mode == 1 ? frand() * 10 : 12345.0f;
-    /* Two kernels that must give the same bits (the knob is read at every test call), each
+    /* Kernels that must give the same bits (the knobs are read at every test call), each
      * checked against the reference: RQ2's two code decoders (the integer dot, and the fp32
      * path's order, do not depend on the decoder), and for the plane types the streamed matvec
-     * and the register-loaded one (the same per-lane unit order and dot functions) */
+     * and the register-loaded one (the same per-lane unit order and dot functions), and for
+     * those with a scale plane the streamed one's bulk copies, in whole-row and 32-unit pages.
+     * Variant 0 is the streamed kernel (RQ2: with the shift decoder), 1 the register one. */
     const bool streams = type == RL_F16 || type == RL_BF16 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q4_0 ||
-                         type == RL_RQ2; /* RQ2: the shift decoder streams, the table one does not */
-    const char *knob = type == RL_RQ2 ? "RL_CUDA_RQ2_LUT" : streams ? "RL_CUDA_MVS" : NULL;
-    const char *val[2] = {type == RL_RQ2 ? "0" : "1", type == RL_RQ2 ? "1" : "0"};
-    const char *name[2] = {type == RL_RQ2 ? " shift" : " streamed", type == RL_RQ2 ? " lut" : " registers"};
+                         type == RL_RQ2 || type == RL_RQ4; /* RQ2: the shift decoder streams, the table one does not */
+    const bool bulk = streams && type != RL_F16 && type != RL_BF16 && cols % 256 == 0;
+    const char *knob = type == RL_RQ2 ? "RL_CUDA_RQ2_LUT" : "RL_CUDA_MVS";
+    const struct {
+        const char *on, *mvb, *up, *name;
+    } var[4] = {{type == RL_RQ2 ? "0" : "1", "0", "128", type == RL_RQ2 ? " shift" : " streamed"},
+                {type == RL_RQ2 ? "1" : "0", "0", "128", type == RL_RQ2 ? " lut" : " registers"},
+                {type == RL_RQ2 ? "0" : "1", "1", "128", " bulk"},
+                {type == RL_RQ2 ? "0" : "1", "1", "32", " bulk 32-unit pages"}};
     float *y0 = malloc(rows * sizeof(float));
-    for (int k = 0; k < (knob ? 2 : 1); k++) {
-        if (knob) setenv(knob, val[k], 1);
-        bool streamed = false;
-        check_gpu(type, w, rows, cols, x, with_norm ? nw : NULL, mode, fast, ref, init, y, knob ? name[k] : "", &streamed);
-        const bool want = streams && k == 0 && cols % 64 == 0;
-        CHECK(streamed == want, "%s %zux%zu: the streamed kernel %s", rl_type_name(type), rows, cols,
-              want ? "did not run" : "ran unasked");
+    for (int k = 0; k < (bulk ? 4 : streams ? 2 : 1); k++) {
+        if (streams) {
+            setenv(knob, var[k].on, 1);
+            setenv("RL_CUDA_MVB", var[k].mvb, 1);
+            setenv("RL_CUDA_MVB_UP", var[k].up, 1);
+        }
+        int kernel = -1;
+        check_gpu(type, w, rows, cols, x, with_norm ? nw : NULL, mode, fast, ref, init, y, streams ? var[k].name : "", &kernel);
+        const int want = !streams || k == 1 || cols % 64 ? 0 : k >= 2 ? 2 : 1;
+        static const char *kname[3] = {"registers", "streamed", "streamed with bulk copies"};
+        CHECK(kernel == want, "%s %zux%zu%s: the %s kernel ran, expected the %s one", rl_type_name(type), rows, cols,
+              streams ? var[k].name : "", kernel >= 0 && kernel <= 2 ? kname[kernel] : "?", kname[want]);
         if (k == 0) memcpy(y0, y, out * sizeof(float));
         else CHECK(memcmp(y0, y, out * sizeof(float)) == 0, "%s %zux%zu mode %d %s:%s and%s differ",
-                   rl_type_name(type), rows, cols, mode, fast ? "q8" : "f32", name[0], name[1]);
+                   rl_type_name(type), rows, cols, mode, fast ? "q8" : "f32", var[0].name, var[k].name);
     }
-    if (knob) unsetenv(knob);
+    unsetenv(knob);
+    unsetenv("RL_CUDA_MVB");
+    unsetenv("RL_CUDA_MVB_UP");
     free(y0);
     free(w); free(row); free(x); free(nw); free(xn); free(y); free(ref); free(init);
 }
@@ -257,7 +273,7 @@ int main(void) {
         printf("test_cuda: no CUDA device, skipped\n");
         return 77;
     }
-    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_FP8, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2};
+    const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_FP8, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2, RL_RQ4};
     /* the last: more work items than resident warps, so a streamed warp runs on across items */
     const size_t shapes[][2] = {{1, 256}, {77, 512}, {1000, 2048}, {256, 5632}, {12288, 1024}};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)

@@ -1,7 +1,8 @@
 """GGUF files with rawloop's own tensor types, read without rawloop (the gguf package refuses
 them, which test_rq2.py checks): a minimal GGUF reader, and numpy decoders of the layouts
 docs/FORMATS.md documents (RQ2 by its bit layout; FP8 with torch's float8_e4m3fn as the e4m3
-decoder). Other types are dequantized by gguf.quants. Shared by test_rq2.py and test_fp8.py."""
+decoder; RQ4 by its bit layout). Other types are dequantized by gguf.quants. Shared by test_rq2.py,
+test_rq4.py and test_fp8.py."""
 from __future__ import annotations
 
 import struct
@@ -16,6 +17,7 @@ import oracle_models as om
 
 RQ2_ID = 1024
 FP8_ID = 1025
+RQ4_ID = 1026
 KEY = "rawloop.format_version"
 
 
@@ -46,7 +48,20 @@ def rq2_dequant(raw: np.ndarray) -> np.ndarray:
     return (d * codes + m).reshape(-1)   # float32 products and sums, as the C reference
 
 
-RAWLOOP_TYPES.update({RQ2_ID: (64, 20, rq2_dequant, "RQ2"), FP8_ID: (32, 34, fp8_dequant, "FP8")})
+def rq4_dequant(raw: np.ndarray) -> np.ndarray:
+    """RQ4 blocks (uint8, 36 bytes each) -> float32 values, 64 per block: per 32-value half h,
+    16 code bytes, byte i holding weight 32h + i in its low nibble and 32h + 16 + i in its high
+    one; then fp16 d, fp16 m; value = d*code + m."""
+    b = np.asarray(raw, dtype=np.uint8).reshape(-1, 36)
+    q = b[:, :32].reshape(-1, 2, 16)
+    codes = np.concatenate([q & 15, q >> 4], axis=2).reshape(-1, 64).astype(np.float32)
+    d = b[:, 32:34].copy().view("<f2").astype(np.float32)
+    m = b[:, 34:36].copy().view("<f2").astype(np.float32)
+    return (d * codes + m).reshape(-1)   # float32 products and sums, as the C reference
+
+
+RAWLOOP_TYPES.update({RQ2_ID: (64, 20, rq2_dequant, "RQ2"), FP8_ID: (32, 34, fp8_dequant, "FP8"),
+                      RQ4_ID: (64, 36, rq4_dequant, "RQ4")})
 
 
 # ---- a minimal GGUF reader (the gguf package refuses rawloop's types) -----------------------------
@@ -138,6 +153,8 @@ def hf_from_tensors(tensors, spec):
             if name.endswith("rotary_emb.inv_freq"):
                 continue
             g = om._hf_to_gguf_name(name)
+            if g == "output.weight" and g not in tensors:
+                g = "token_embd.weight"   # tied embeddings: the head is the embedding
             arr = dequant_tensor(*tensors[g])
             if g.endswith(("attn_q.weight", "attn_k.weight")):
                 kv = spec.n_heads if g.endswith("attn_q.weight") else spec.n_kv_heads

@@ -25,7 +25,7 @@
 #endif
 
 static const uint32_t k_types[] = {RL_F32,  RL_F16,  RL_BF16, RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0,
-                                   RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2,  RL_FP8};
+                                   RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2,  RL_RQ4,  RL_FP8};
 #define NTYPES (sizeof k_types / sizeof k_types[0])
 
 /* ---- deterministic random numbers ------------------------------------------------------- */
@@ -73,6 +73,7 @@ static void random_row(uint32_t type, uint8_t *w, size_t n) {
         case RL_Q4_K: case RL_Q5_K: put_f16(b, sc * 0.1f); put_f16(b + 2, sc * 0.1f); break;
         case RL_Q6_K: put_f16(b + 208, sc * 0.05f); break;
         case RL_RQ2: put_f16(b + 16, sc); put_f16(b + 18, -1.5f * sc + 0.01f * rndf()); break;
+        case RL_RQ4: put_f16(b + 32, sc * 0.2f); put_f16(b + 34, -1.5f * sc + 0.01f * rndf()); break;
         case RL_FP8: { uint16_t h = rl_f32_to_bf16(sc / 64); memcpy(b, &h, 2); break; } /* codes: any byte */
         }
     }
@@ -204,7 +205,7 @@ static void test_roundtrip(void) {
     const struct { uint32_t type; double tol; } cases[] = {
         {RL_F32, 0}, {RL_F16, 1e-3}, {RL_BF16, 5e-3}, {RL_Q8_0, 0.008}, {RL_Q6_K, 0.0175},
         {RL_Q5_K, 0.045}, {RL_Q4_K, 0.09}, {RL_Q4_0, 0.12}, {RL_Q4_1, 0.09}, {RL_Q5_0, 0.05}, {RL_Q5_1, 0.045},
-        {RL_RQ2, 0.33}, {RL_FP8, 0.03},
+        {RL_RQ2, 0.33}, {RL_RQ4, 0.09}, {RL_FP8, 0.03},
     };
     enum { N = 4096 };
     static float x[N], y[N];
@@ -357,12 +358,12 @@ static void test_kernels(void) {
             one_case(k_types[t], 288, 5, 9, 0, 9, true, false);
         }
         if (k_types[t] == RL_F32 || k_types[t] == RL_F16) one_case(k_types[t], 37, 2, 3, 0, 3, false, false);
-        if (k_types[t] == RL_RQ2) { /* rows of 1, 5 and 12 blocks: not multiples of 256 */
-            one_case(RL_RQ2, 64, 1, 6, 0, 6, false, true);
-            one_case(RL_RQ2, 320, 5, 9, 2, 9, true, true);
-            one_case(RL_RQ2, 320, 1, 9, 0, 8, false, false);
-            one_case(RL_RQ2, 768, 3, 7, 1, 7, true, false);
-            one_case(RL_RQ2, 768, 9, 4, 0, 4, false, true);
+        if (k_types[t] == RL_RQ2 || k_types[t] == RL_RQ4) { /* rows of 1, 5 and 12 blocks: not multiples of 256 */
+            one_case(k_types[t], 64, 1, 6, 0, 6, false, true);
+            one_case(k_types[t], 320, 5, 9, 2, 9, true, true);
+            one_case(k_types[t], 320, 1, 9, 0, 8, false, false);
+            one_case(k_types[t], 768, 3, 7, 1, 7, true, false);
+            one_case(k_types[t], 768, 9, 4, 0, 4, false, true);
         }
     }
     printf("kernels: %s\n", rl_simd_name());
@@ -493,22 +494,59 @@ static void test_int_extremes(void) {
 
 /* ---- RQ2 ----------------------------------------------------------------------------------- */
 
-/* Squared error of the plain min/max fit of one block (d = range/3, m = min, fp16-rounded):
- * the starting point of the quantizer's search, which it must never do worse than. */
-static double rq2_minmax_err(const float *x) {
+/* Squared error of the plain min/max fit of one block (d = range/L, m = min, fp16-rounded; codes
+ * 0..L: RQ2 L = 3, RQ4 L = 15): the starting point of the quantizer's search, which it must never
+ * do worse than. */
+static double rq_minmax_err(const float *x, int L) {
     float lo = x[0], hi = x[0];
     for (int j = 1; j < 64; j++) {
         lo = fminf(lo, x[j]);
         hi = fmaxf(hi, x[j]);
     }
-    float d = rl_f16_to_f32(rl_f32_to_f16((hi - lo) / 3)), m = rl_f16_to_f32(rl_f32_to_f16(lo));
+    float d = rl_f16_to_f32(rl_f32_to_f16((hi - lo) / (float)L)), m = rl_f16_to_f32(rl_f32_to_f16(lo));
     double e = 0;
     for (int j = 0; j < 64; j++) {
         int q = d > 0 ? (int)lrintf((x[j] - m) / d) : 0;
-        q = q < 0 ? 0 : q > 3 ? 3 : q;
+        q = q < 0 ? 0 : q > L ? L : q;
         e += ((double)d * q + m - x[j]) * ((double)d * q + m - x[j]);
     }
     return e;
+}
+
+/* The searched quantizer of a code type (codes 0..L, 64-value blocks): never worse than its
+ * min/max starting point on any block, clearly better in total on gaussian data (below ratio),
+ * and exact on an (L+1)-level grid and on a constant block. */
+static void check_rq_search(uint32_t type, int L, double ratio) {
+    enum { N = 64 * 256 };
+    static float x[N], yq[N];
+    static uint8_t q[N / 64 * 36];
+    for (int i = 0; i < N; i++) x[i] = rnd_gauss() * (i % 500 == 0 ? 4.0f : 1.0f);
+    rl_quant_row(type, x, q, N);
+    rl_dequant_row(type, q, yq, N);
+    int worse = 0, bad = 0;
+    double e_all = 0, e_mm = 0;
+    for (int b = 0; b < N / 64; b++) {
+        double e = 0;
+        for (int j = 0; j < 64; j++) e += ((double)yq[64 * b + j] - x[64 * b + j]) * ((double)yq[64 * b + j] - x[64 * b + j]);
+        double emm = rq_minmax_err(x + 64 * b, L);
+        worse += e > emm * (1 + 1e-6) + 1e-12;
+        e_all += e;
+        e_mm += emm;
+    }
+    CHECK(worse == 0, "%s quantizer worse than the min/max fit on %d blocks", rl_type_name(type), worse);
+    if (getenv("RL_PRINT_RMS")) printf("%s search/minmax error ratio %.3f\n", rl_type_name(type), e_all / e_mm);
+    CHECK(e_all < ratio * e_mm, "%s search error %.4g is not clearly below min/max %.4g", rl_type_name(type), e_all, e_mm);
+    for (int j = 0; j < 64; j++) x[j] = 0.25f * (float)(j * 7 % (L + 1)) - 0.5f;
+    rl_quant_row(type, x, q, 64);
+    rl_dequant_row(type, q, yq, 64);
+    for (int j = 0; j < 64; j++) bad += yq[j] != x[j];
+    CHECK(bad == 0, "%s exact %d-level grid off at %d places", rl_type_name(type), L + 1, bad);
+    for (int j = 0; j < 64; j++) x[j] = 3.0f;
+    rl_quant_row(type, x, q, 64);
+    rl_dequant_row(type, q, yq, 64);
+    bad = 0;
+    for (int j = 0; j < 64; j++) bad += yq[j] != 3.0f;
+    CHECK(bad == 0, "%s constant block off at %d places", rl_type_name(type), bad);
 }
 
 static void test_rq2(void) {
@@ -542,41 +580,9 @@ static void test_rq2(void) {
     }
     CHECK(bad == 0, "RQ2 hand-made block decodes wrong at %d places", bad);
 
-    /* the quantizer: never worse than its min/max starting point on any block, and a 4-level
-     * grid fits exactly */
-    enum { N = 64 * 256 };
-    static float x[N], yq[N];
-    static uint8_t q[N / 64 * 20];
-    for (int i = 0; i < N; i++) x[i] = rnd_gauss() * (i % 500 == 0 ? 4.0f : 1.0f);
-    rl_quant_row(RL_RQ2, x, q, N);
-    rl_dequant_row(RL_RQ2, q, yq, N);
-    int worse = 0;
-    double e_all = 0, e_mm = 0;
-    for (int b = 0; b < N / 64; b++) {
-        double e = 0;
-        for (int j = 0; j < 64; j++) e += ((double)yq[64 * b + j] - x[64 * b + j]) * ((double)yq[64 * b + j] - x[64 * b + j]);
-        double emm = rq2_minmax_err(x + 64 * b);
-        worse += e > emm * (1 + 1e-6) + 1e-12;
-        e_all += e;
-        e_mm += emm;
-    }
-    CHECK(worse == 0, "RQ2 quantizer worse than the min/max fit on %d blocks", worse);
     /* the search must buy a real gain over min/max on gaussian data (measured: 0.52 of its
      * squared error; min/max alone would also fail the 0.33 rms bound of test_roundtrip) */
-    if (getenv("RL_PRINT_RMS")) printf("RQ2 search/minmax error ratio %.3f\n", e_all / e_mm);
-    CHECK(e_all < 0.7 * e_mm, "RQ2 search error %.4g is not clearly below min/max %.4g", e_all, e_mm);
-    for (int j = 0; j < 64; j++) x[j] = 0.25f * (float)(j * 7 % 4) - 0.5f;
-    rl_quant_row(RL_RQ2, x, q, 64);
-    rl_dequant_row(RL_RQ2, q, yq, 64);
-    bad = 0;
-    for (int j = 0; j < 64; j++) bad += yq[j] != x[j];
-    CHECK(bad == 0, "RQ2 exact 4-level grid off at %d places", bad);
-    for (int j = 0; j < 64; j++) x[j] = 3.0f;
-    rl_quant_row(RL_RQ2, x, q, 64);
-    rl_dequant_row(RL_RQ2, q, yq, 64);
-    bad = 0;
-    for (int j = 0; j < 64; j++) bad += yq[j] != 3.0f;
-    CHECK(bad == 0, "RQ2 constant block off at %d places", bad);
+    check_rq_search(RL_RQ2, 3, 0.7);
 
     /* integer extremes of the fast path: all codes 3 against activations of -127 */
     enum { R = 8, NN = 1024 };
@@ -598,6 +604,50 @@ static void test_rq2(void) {
     bad = 0;
     for (int r = 0; r < R; r++) bad += fabsf(ya[r] - yr[r]) > 1e-5f * fabsf(yr[r]) || fabsf(yr[r] + 0.05f * NN) > 1e-3f * 0.05f * NN;
     CHECK(bad == 0, "RQ2 extremes: %d rows differ (%g vs %g, expected %g)", bad, ya[0], yr[0], -0.05 * NN);
+}
+
+/* ---- RQ4 ----------------------------------------------------------------------------------- */
+
+static void test_rq4(void) {
+    CHECK(rl_type_get(RL_RQ4) && rl_type_get(RL_RQ4)->blck == 64 && rl_type_get(RL_RQ4)->size == 36 &&
+              rl_type_computable(RL_RQ4) && rl_type_is_rawloop(RL_RQ4) && !rl_type_fp32_act(RL_RQ4) &&
+              rl_type_from_name("rq4") == RL_RQ4 && rl_row_bytes(RL_RQ4, 320) == 180 && rl_row_bytes(RL_RQ4, 96) == 0,
+          "RQ4 geometry, name, activation path");
+    /* a hand-made block, laid out from the documented rule: weight j of half h = j / 32 is in
+     * byte 16h + j % 16, the low nibble for j % 32 < 16; codes (5j + 3) % 16, d = 0.25, m = -2 */
+    uint8_t blk[36] = {0};
+    for (int j = 0; j < 64; j++) blk[16 * (j / 32) + j % 16] |= (uint8_t)(((5 * j + 3) % 16) << (j % 32 < 16 ? 0 : 4));
+    put_f16(blk + 32, 0.25f);
+    put_f16(blk + 34, -2.0f);
+    float y[64];
+    rl_dequant_row(RL_RQ4, blk, y, 64);
+    int bad = 0;
+    for (int j = 0; j < 64; j++) bad += y[j] != 0.25f * (float)((5 * j + 3) % 16) - 2.0f;
+    CHECK(bad == 0, "RQ4 hand-made block decodes wrong at %d places", bad);
+    /* measured: 0.89 of min/max's squared error on this data (with 16 levels the min/max fit
+     * is already close; finer candidate steps, tried up to 33 of them, found the same fits) */
+    check_rq_search(RL_RQ4, 15, 0.93);
+
+    /* integer extremes of the fast path: all codes 15 against activations of -127 */
+    enum { R = 8, NN = 1024 };
+    const size_t rb = rl_row_bytes(RL_RQ4, NN);
+    static uint8_t w[R * 576];
+    static float xa[NN], ya[R], yr[R];
+    static rl_q8a xq[NN / 32];
+    memset(w, 0xFF, sizeof w);
+    for (size_t b = 0; b < R * rb / 36; b++) {
+        put_f16(w + 36 * b + 32, 0.01f);
+        put_f16(w + 36 * b + 34, 0.02f);
+    }
+    for (int i = 0; i < NN; i++) xa[i] = -1.0f;
+    rl_q8a_quant_row(xa, xq, NN);
+    rl_mm m = {.type = RL_RQ4, .w = w, .row_bytes = rb, .n = NN, .S = 1, .x = xa, .xq = xq, .y = ya, .ys = R};
+    rl_mm_rows(&m, 0, R);
+    m.y = yr;
+    rl_mm_rows_ref(&m, 0, R);
+    bad = 0;
+    for (int r = 0; r < R; r++) bad += fabsf(ya[r] - yr[r]) > 1e-5f * fabsf(yr[r]) || fabsf(yr[r] + 0.17f * NN) > 1e-3f * 0.17f * NN;
+    CHECK(bad == 0, "RQ4 extremes: %d rows differ (%g vs %g, expected %g)", bad, ya[0], yr[0], -0.17 * NN);
 }
 
 /* ---- Q5_0 / Q5_1 -------------------------------------------------------------------------- */
@@ -753,7 +803,7 @@ static void test_fp8(void) {
               rl_row_bytes(RL_FP8, 320) == 340 && rl_type_computable(RL_FP8) && rl_type_is_rawloop(RL_FP8) &&
               rl_type_fp32_act(RL_FP8) && !rl_type_is_float(RL_FP8) && rl_type_from_name("fp8") == RL_FP8,
           "FP8 geometry, name, activation path");
-    CHECK(rl_type_get(RL_FP8 + 1) == NULL, "no type after FP8");
+    CHECK(rl_type_get(RL_RQ4 + 1) == NULL, "no type after RQ4, the last one");
     int bad = 0;
     for (int c = 0; c < 256; c++) bad += (double)rl_e4m3_to_f32((uint8_t)c) != e4m3_def(c);
     CHECK(bad == 0, "e4m3 decode differs from the definition at %d codes", bad);
@@ -1016,7 +1066,7 @@ static void test_weighted(void) {
         CHECK(!is_imatrix(ty) || moved == 20, "%s: %zu of 20 rows with uniform weights are the "
               "reference quantizer's", rl_type_name(ty), 20 - moved);
     }
-    static const uint32_t searched[] = {RL_RQ2, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1};
+    static const uint32_t searched[] = {RL_RQ2, RL_RQ4, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1};
     for (size_t t = 0; t < sizeof searched / sizeof *searched; t++) {
         uint32_t ty = searched[t];
         size_t bs = rl_type_get(ty)->blck, bb = rl_type_get(ty)->size;
@@ -1044,16 +1094,16 @@ static void test_weighted(void) {
                 worse_blocks += bw > bu * (1 + 1e-6);
             }
         }
-        /* RQ2: never; the others: few (measured: Q4_K 0, Q5_K 2, Q6_K 0 of 160, Q4_0 43, Q4_1 6,
-         * Q5_0 41, Q5_1 9 of 1280) */
-        CHECK(ty == RL_RQ2 ? worse_blocks == 0 : worse_blocks * 10 < blocks, "%s: %zu of %zu blocks "
+        /* RQ2, RQ4: never; the others: few (measured: Q4_K 0, Q5_K 2, Q6_K 0 of 160, Q4_0 43,
+         * Q4_1 6, Q5_0 41, Q5_1 9 of 1280) */
+        CHECK(ty == RL_RQ2 || ty == RL_RQ4 ? worse_blocks == 0 : worse_blocks * 10 < blocks, "%s: %zu of %zu blocks "
               "with a larger weighted error than the plain fit", rl_type_name(ty), worse_blocks, blocks);
         CHECK(sum_w < 0.97 * sum_u, "%s: weighted error %g, plain fit's %g (ratio %.3f)",
               rl_type_name(ty), sum_w, sum_u, sum_w / sum_u);
         printf("weighted %s: weighted error ratio %.3f, %zu of %zu blocks worse than the plain fit\n",
                rl_type_name(ty), sum_w / sum_u, worse_blocks, blocks);
     }
-    CHECK(rl_quant_uses_weights(RL_RQ2) && rl_quant_uses_weights(RL_Q4_K) && rl_quant_uses_weights(RL_Q4_0) &&
+    CHECK(rl_quant_uses_weights(RL_RQ2) && rl_quant_uses_weights(RL_RQ4) && rl_quant_uses_weights(RL_Q4_K) && rl_quant_uses_weights(RL_Q4_0) &&
           rl_quant_uses_weights(RL_Q5_1) && rl_quant_uses_weights(RL_Q6_K) && !rl_quant_uses_weights(RL_Q8_0) &&
           !rl_quant_uses_weights(RL_FP8),
           "uses_weights");
@@ -1071,6 +1121,7 @@ int main(int argc, char **argv) {
     test_packed();
     test_int_extremes();
     test_rq2();
+    test_rq4();
     test_q5();
     test_q4_1();
     test_fp8();
