@@ -2,7 +2,7 @@
 # Runs on the GPU machine (tests/cuda/README in docs/CUDA.md): kernel tests, GPU-vs-CPU logits on
 # the shipped models and on random models of real shapes, greedy sequences, run-to-run bits,
 # compute-sanitizer, then tg128 speeds. Prints a short table last; logs go to $OUT (or /tmp).
-#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r g q s b d b7 a t p pf fp ck pk")
+#   usage: tests/cuda/run_device.sh [BUILD_DIR] [STAGES]   (STAGES: any of "k e r g q s b d b7 a t p pf fp ck pk mb")
 set -u
 B=${1:-build-cuda}
 STAGES=${2:-"k e r s b"}
@@ -22,7 +22,7 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 IFS=';' read -r -a CK_SPEEDS <<<"${CK_SPEEDS:-tinyllama-1.1b Q4_0;llama2-7b Q4_0;llama2-7b Q4_K_M}"
 IFS=';' read -r -a PF_SPEEDS <<<"${PF_SPEEDS:-tinyllama-1.1b Q4_0;tinyllama-1.1b F16;llama2-7b Q4_0;llama2-7b F16;llama2-7b Q4_K_M}"
 # random models of real shapes that stages r and fp compare with the CPU (override: R_MODELS)
-IFS=';' read -r -a RM <<<"${R_MODELS:-tinyllama-1.1b Q4_0;tinyllama-1.1b F16;tinyllama-1.1b Q4_1;qwen3-0.6b Q4_K_M;llama3.2-1b Q5_K_M}"
+IFS=';' read -r -a RM <<<"${R_MODELS:-tinyllama-1.1b Q4_0;tinyllama-1.1b F16;tinyllama-1.1b Q4_1;tinyllama-1.1b RQ4;qwen3-0.6b Q4_K_M;llama3.2-1b Q5_K_M}"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv 2>&1 | tee -a "$LOG"
 if ! "$B/rawloop" --help >/dev/null 2>&1 && ! "$B/rawloop" help >/dev/null 2>&1; then
@@ -109,7 +109,7 @@ if has k; then
     say "== kernel tests"
     "$B/test_cuda" >>"$LOG" 2>&1
     rc=$?
-    row "| - | test_cuda (13 types x shapes x modes, argmax) | $(grep 'checks' "$LOG" | tail -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+    row "| - | test_cuda (14 types x shapes x modes, argmax) | $(grep 'checks' "$LOG" | tail -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
 fi
 
 IDS_SMALL="1 450 4996 310 263 931 29892 338 263 1243 310 278 15668 1788 29889 13 1576 1023 3 4 5 6 7 8 9 10 11 12 13 14 15 16"
@@ -247,6 +247,29 @@ if has t; then # tile knobs: warps per matvec block x blocks per SM
             RL_CUDA_MV_WARPS=$W RL_CUDA_MV_BLOCKS=$BL "$R" bench --device cuda -m "$M/tinyllama-1.1b-$f.gguf" -p 0 -n 128 -r 3 --no-ceiling --json 2>>"$LOG" |
                 python3 -c "import sys,json; j=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(f'| tinyllama-1.1b $f | knobs MV_WARPS=$W MV_BLOCKS=$BL | {j[\"tg_tps\"]:.1f} tok/s (sd {j[\"tg_sd\"]:.1f}) | |')" >>"$SUMMARY" 2>>"$LOG"
         done; done
+    done
+fi
+if has mb; then # the bulk-copy ring (RL_CUDA_MVB, v2.15): decode bits against the cp.async ring, then tg128 A/B
+    IDS_MB=$(python3 -c "import random; random.seed(7); print(' '.join(str(random.randrange(3, 32000)) for _ in range(40)))")
+    IFS=';' read -r -a MB_MODELS <<<"${MB_MODELS:-tinyllama-1.1b Q4_0;llama2-7b Q4_0;llama2-7b Q8_0;llama2-7b RQ4}"
+    for spec in "${MB_MODELS[@]}"; do
+        read -r shape type <<<"$spec"
+        f="$M/$shape-$type.gguf"
+        [ -f "$f" ] || "$R" mkmodel --shape "$shape" --type "$type" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1 || { row "| $spec | mkmodel | failed | FAIL |"; continue; }
+        ok=1 notes=""
+        for v in "0 128 1" "1 128 1" "1 32 1" "1 128 16"; do
+            read -r mvb up bs <<<"$v"
+            RL_CUDA_MVB=$mvb RL_CUDA_MVB_UP=$up "$R" logits --device cuda --prefill exact -b "$bs" -m "$f" --ids "$IDS_MB" \
+                -o "/tmp/mb-$mvb-$up-$bs.bin" >>"$LOG" 2>&1 || { ok=0; notes+=" MVB=$mvb/UP=$up/-b $bs failed;"; }
+        done
+        for v in 1-128-1 1-32-1 1-128-16; do cmp -s /tmp/mb-0-128-1.bin "/tmp/mb-$v.bin" || { ok=0; notes+=" $v differs;"; }; done
+        row "| $spec | decode logits, 40 ids: bulk (pages 128, 32; -b 16) vs cp.async ring |${notes:- same bytes} | $([ $ok = 1 ] && echo PASS || echo FAIL) |"
+        for rep in 1 2; do
+            for kv in "RL_CUDA_MVB=0" "RL_CUDA_MVB=1" "RL_CUDA_MVB=1 RL_CUDA_MVB_UP=64" "RL_CUDA_MVB=1 RL_CUDA_MVB_UP=32 RL_CUDA_MVB_SLOTS=8"; do
+                env $kv "$R" bench --device cuda -m "$f" -p 0 -n 128 -r 5 --json 2>>"$LOG" |
+                    python3 -c "import sys,json; j=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(f'| $spec | tg128 x5 $kv | {j[\"tg_tps\"]:.1f} tok/s (sd {j[\"tg_sd\"]:.1f}), {100*j[\"ceiling_share\"]:.1f}% of ceiling | {j[\"backend\"]} |')" >>"$SUMMARY" 2>>"$LOG"
+            done
+        done
     done
 fi
 if has a; then # A/B of the v2 switches on TinyLlama Q4_0 (tg128 x3, no ceiling pass)
