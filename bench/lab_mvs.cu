@@ -11,7 +11,8 @@
  *  1. the production kernel (rl_mvs_launch, Q4_0 and Q8_0 in the plane layout, 8-bit
  *     activations, RMS norm prologue) over rows at n = 4096 and at n = 11008: time against
  *     bytes gives the fixed cost per launch (intercept) and the streaming rate (slope);
- *     the same without the norm, and without PDL;
+ *     the same without the norm, and without PDL; and with the bulk-copy ring (RL_CUDA_MVB) at
+ *     two page sizes;
  *  2. read-only kernels with the streamed matvec's access pattern (each warp two rows, 512
  *     contiguous bytes per row per step) and with a sequential pattern over the same bytes,
  *     to separate what DRAM gives each pattern from what the matvec's instructions cost;
@@ -157,7 +158,7 @@ int main(int argc, char **argv) {
     const int K = 64;
 
     /* 1. the production kernel */
-    printf("\n| type | n | rows | MB | norm | pdl | us/launch | GB/s |\n| --- | ---: | ---: | ---: | --- | --- | ---: | ---: |\n");
+    printf("\n| type | n | rows | MB | norm | pdl | copies | us/launch | GB/s |\n| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: |\n");
     const uint32_t types[2] = {RL_Q4_0, RL_Q8_0};
     for (uint32_t T : types)
         for (int n : {4096, 11008}) {
@@ -166,10 +167,16 @@ int main(int argc, char **argv) {
                 if (n == 11008 && rows > 8192) continue;
                 std::vector<mat> ms = carve(P, T, rows, n);
                 if (ms.size() < 4) continue;
-                for (int variant = 0; variant < 3; variant++) {
+                /* variants: 0 as decoding runs it, 1 without the norm, 2 without PDL; 3 and 4
+                 * the bulk-copy ring (RL_CUDA_MVB, mvs.cuh mvb_warp) with pages of 128 units
+                 * and 4 slots, and of 32 units and 8 slots */
+                for (int variant = 0; variant < 5; variant++) {
                     const bool norm = variant != 1;
                     kn.pdl = variant == 2 ? 0 : 2;
-                    if (variant && rows != 4096 && rows != 12288 && rows != 32768) continue;
+                    kn.mvb = variant >= 3;
+                    kn.mvb_up = variant == 4 ? 32 : 128;
+                    kn.mvb_slots = variant == 4 ? 8 : 4;
+                    if (variant && variant < 3 && rows != 4096 && rows != 12288 && rows != 32768) continue;
                     double us = time_graph(st, K, reps, [&](int i) {
                         rl_mv_args a;
                         memset(&a, 0, sizeof a);
@@ -186,13 +193,14 @@ int main(int argc, char **argv) {
                         a.fast = true;
                         a.ns = 1;
                         a.ys = rows;
-                        if (rl_mvs_launch(&a, &kn, n_sm, st) != 1) {
-                            fprintf(stderr, "lab_mvs: the streamed matvec did not launch\n");
+                        if (rl_mvs_launch(&a, &kn, n_sm, st) != 1 || rl_mvb_applies(&a, &kn) != (kn.mvb != 0)) {
+                            fprintf(stderr, "lab_mvs: the streamed matvec did not launch as asked (bulk %d)\n", kn.mvb);
                             exit(1);
                         }
                     });
-                    printf("| %s | %d | %d | %.1f | %s | %s | %.2f | %.0f |\n", T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows,
-                           ms[0].bytes / 1e6, norm ? "yes" : "no", kn.pdl ? "yes" : "no", us, ms[0].bytes / us / 1e3);
+                    printf("| %s | %d | %d | %.1f | %s | %s | %s | %.2f | %.0f |\n", T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows,
+                           ms[0].bytes / 1e6, norm ? "yes" : "no", kn.pdl ? "yes" : "no",
+                           variant == 3 ? "bulk 128x4" : variant == 4 ? "bulk 32x8" : "cp.async", us, ms[0].bytes / us / 1e3);
                 }
             }
         }

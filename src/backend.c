@@ -88,7 +88,7 @@ int rl_backend_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, 
                   : rl_type_fp32_act(m->main_type) ? "fp32 activations (FP8 weights)"
                                                    : "8-bit activations for quantized weights";
     if (missing != UINT32_MAX) /* said wherever the backend is named (run, bench, perplexity) */
-        snprintf(b->name, sizeof b->name, "cpu-%s (auto: the GPU has no %s kernels)", rl_simd_name(),
+        snprintf(b->name, sizeof b->name, "cpu-%s (auto: the GPU has no verified %s kernels)", rl_simd_name(),
                  rl_type_name(missing));
     else
         snprintf(b->name, sizeof b->name, "cpu-%s", rl_simd_name());

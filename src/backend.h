@@ -106,8 +106,9 @@ int rl_device_parse(const char *s, enum rl_device *out);
  * with a message and rl_cuda_device_present (what --device auto asks) is false. */
 int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e);
 bool rl_cuda_device_present(void);
-/* Whether the CUDA backend has kernels for a weight type (false without CUDA): --device auto
- * runs a model with any other matrix type on the CPU. */
+/* Whether the CUDA backend has kernels for a weight type that have passed its device tests
+ * (false without CUDA): --device auto runs a model with any other matrix type on the CPU.
+ * --device cuda also runs the types whose kernels are built but not yet verified (RQ4). */
 bool rl_cuda_runs_type(uint32_t type);
 
 #endif

@@ -916,24 +916,21 @@ static void quant_rq(const float *x, const float *w, int L, uint8_t *bq, float *
     }
 }
 
-static void quant_rq2(const float *x, const float *w, uint8_t *b) {
+/* One RQ2 / RQ4 block: the search, then the codes packed by the documented layout (types.h)
+ * before d and m. */
+static void quant_rq_block(uint32_t type, const float *x, const float *w, uint8_t *b) {
+    const bool four = type == RL_RQ4;
+    const size_t cb = four ? 32 : 16; /* code bytes */
     uint8_t q[RL_QK_RQ2];
     float d, m;
-    quant_rq(x, w, 3, q, &d, &m);
-    st_f16(b + 16, d);
-    st_f16(b + 18, m);
-    memset(b, 0, 16);
-    for (size_t j = 0; j < RL_QK_RQ2; j++) b[j / 4] |= (uint8_t)(q[j] << (2 * (j % 4)));
-}
-
-static void quant_rq4(const float *x, const float *w, uint8_t *b) {
-    uint8_t q[RL_QK_RQ4];
-    float d, m;
-    quant_rq(x, w, 15, q, &d, &m);
-    st_f16(b + 32, d);
-    st_f16(b + 34, m);
-    for (size_t h = 0; h < 2; h++)
-        for (size_t i = 0; i < 16; i++) b[16 * h + i] = (uint8_t)(q[32 * h + i] | q[32 * h + 16 + i] << 4);
+    quant_rq(x, w, four ? 15 : 3, q, &d, &m);
+    memset(b, 0, cb);
+    for (size_t j = 0; j < RL_QK_RQ2; j++) {
+        if (four) b[16 * (j / 32) + j % 16] |= (uint8_t)(q[j] << (j % 32 < 16 ? 0 : 4));
+        else b[j / 4] |= (uint8_t)(q[j] << (2 * (j % 4)));
+    }
+    st_f16(b + cb, d);
+    st_f16(b + cb + 2, m);
 }
 
 /* The types whose weighted quantizer is quant_legacy_w (a whole row at a time). */
@@ -1012,10 +1009,9 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
         for (size_t i = 0; i < n / RL_QK_K; i++) quant_q6_k(src + i * RL_QK_K, w_at(w, i * RL_QK_K), b + i * 210);
         return;
     case RL_RQ2:
-        for (size_t i = 0; i < n / RL_QK_RQ2; i++) quant_rq2(src + i * RL_QK_RQ2, block_w(w, i * RL_QK_RQ2, RL_QK_RQ2), b + i * 20);
-        return;
     case RL_RQ4:
-        for (size_t i = 0; i < n / RL_QK_RQ4; i++) quant_rq4(src + i * RL_QK_RQ4, block_w(w, i * RL_QK_RQ4, RL_QK_RQ4), b + i * 36);
+        for (size_t i = 0, bs = rl_type_get(type)->size; i < n / RL_QK_RQ2; i++)
+            quant_rq_block(type, src + i * RL_QK_RQ2, block_w(w, i * RL_QK_RQ2, RL_QK_RQ2), b + i * bs);
         return;
     default:
         return;

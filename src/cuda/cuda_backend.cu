@@ -937,7 +937,9 @@ out:
 static const rl_backend_ops k_cuda_ops = {cuda_free,    cuda_n_ctx,   cuda_kv_read,     cuda_forward,
                                           cuda_ceiling, cuda_profile, cuda_profile_rows};
 
-extern "C" bool rl_cuda_runs_type(uint32_t type) { return rl_mv_type_ok(type); }
+/* RQ4's kernels were built in a session without device time: until test_cuda has passed them
+ * on a device, --device auto keeps RQ4 models on the CPU (--device cuda runs them). */
+extern "C" bool rl_cuda_runs_type(uint32_t type) { return rl_mv_type_ok(type) && type != RL_RQ4; }
 
 extern "C" bool rl_cuda_device_present(void) {
     int n = 0;

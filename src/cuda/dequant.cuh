@@ -212,6 +212,11 @@ __device__ __forceinline__ void deq_fp8(const uint8_t *w, const uint8_t *s, int 
     }
 }
 
+/* The (d, m) fp16 pair of an RQ2 / RQ4 unit (d in the low half), as floats. */
+__device__ __forceinline__ float2 rq_dm(uint32_t dm) {
+    return make_float2(h2f((uint16_t)(dm & 0xffff)), h2f((uint16_t)(dm >> 16)));
+}
+
 /* RQ2, repacked: a code plane (16 bytes per 64-value block; weight j of a block at byte j/4,
  * bits 2*(j%4)) and a plane of (d, m) fp16 pairs, 4 bytes per block. Chunk c is half c%2 of
  * block c/2: its 8 code bytes are one aligned 8-byte load. value = d*code + m, the product
@@ -219,7 +224,8 @@ __device__ __forceinline__ void deq_fp8(const uint8_t *w, const uint8_t *s, int 
 __device__ __forceinline__ void deq_rq2(const uint8_t *w, const uint8_t *s, int c, float *v) {
     uint2 t = __ldg((const uint2 *)(w + (size_t)c * 8));
     uint32_t dm = __ldg((const unsigned int *)s + c / 2);
-    float d = h2f((uint16_t)(dm & 0xffff)), m = h2f((uint16_t)(dm >> 16));
+    const float2 f = rq_dm(dm);
+    const float d = f.x, m = f.y;
 #pragma unroll
     for (int j = 0; j < 32; j++) {
         uint32_t u = j < 16 ? t.x : t.y;
@@ -233,7 +239,8 @@ __device__ __forceinline__ void deq_rq2(const uint8_t *w, const uint8_t *s, int 
 __device__ __forceinline__ void deq_rq4(const uint8_t *w, const uint8_t *s, int c, float *v) {
     const uint4 t = __ldg((const uint4 *)(w + (size_t)c * 16));
     const uint32_t dm = __ldg((const unsigned int *)s + c / 2), u[4] = {t.x, t.y, t.z, t.w};
-    const float d = h2f((uint16_t)(dm & 0xffff)), m = h2f((uint16_t)(dm >> 16));
+    const float2 f = rq_dm(dm);
+    const float d = f.x, m = f.y;
 #pragma unroll
     for (int j = 0; j < 16; j++) {
         const uint32_t b = (u[j / 4] >> (8 * (j % 4))) & 0xff;

@@ -411,8 +411,8 @@ __device__ __forceinline__ void rq2_q8(const raw_chunk<RL_RQ2> *r, const int8_t 
         const float xdh = h ? dx.y : dx.x, sx = __fmul_rn(xdh, (float)(h ? sm.y : sm.x));
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            const float d = h2f((uint16_t)(r[i].d & 0xffff)), m = h2f((uint16_t)(r[i].d >> 16));
-            acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(d, xdh), (float)dot[i]), __fmul_rn(m, sx));
+            const float2 dm = rq_dm(r[i].d);
+            acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(dm.x, xdh), (float)dot[i]), __fmul_rn(dm.y, sx));
         }
     }
 }
@@ -426,7 +426,11 @@ __device__ __forceinline__ void rq2_f32(const raw_chunk<RL_RQ2> *r, const float 
                                         const uint32_t *lut, float *acc) {
     float d[2], m[2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) d[i] = h2f((uint16_t)(r[i].d & 0xffff)), m[i] = h2f((uint16_t)(r[i].d >> 16));
+    for (int i = 0; i < 2; i++) {
+        const float2 dm = rq_dm(r[i].d);
+        d[i] = dm.x;
+        m[i] = dm.y;
+    }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const float *xc = xs + (2 * b + h) * 36;
@@ -483,8 +487,8 @@ __device__ __forceinline__ void rq4_q8(const raw_chunk<RL_RQ4> *r, const int8_t 
                 dot = __dp4a((int)(u & 0x0F0F0F0Fu), xl[k], dot);
                 dot = __dp4a((int)((u >> 4) & 0x0F0F0F0Fu), xh[k], dot);
             }
-            const float d = h2f((uint16_t)(r[i].d & 0xffff)), m = h2f((uint16_t)(r[i].d >> 16));
-            acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(d, xd[c]), (float)dot), __fmul_rn(m, sx));
+            const float2 dm = rq_dm(r[i].d);
+            acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(dm.x, xd[c]), (float)dot), __fmul_rn(dm.y, sx));
         }
     }
 }
@@ -495,7 +499,11 @@ __device__ __forceinline__ void rq4_q8(const raw_chunk<RL_RQ4> *r, const int8_t 
 __device__ __forceinline__ void rq4_f32(const raw_chunk<RL_RQ4> *r, const float *xs, int b, float *acc) {
     float d[2], m[2];
 #pragma unroll
-    for (int i = 0; i < 2; i++) d[i] = h2f((uint16_t)(r[i].d & 0xffff)), m[i] = h2f((uint16_t)(r[i].d >> 16));
+    for (int i = 0; i < 2; i++) {
+        const float2 dm = rq_dm(r[i].d);
+        d[i] = dm.x;
+        m[i] = dm.y;
+    }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const float *xc = xs + (2 * b + h) * 36;

@@ -64,6 +64,32 @@ RAWLOOP_TYPES.update({RQ2_ID: (64, 20, rq2_dequant, "RQ2"), FP8_ID: (32, 34, fp8
                       RQ4_ID: (64, 36, rq4_dequant, "RQ4")})
 
 
+def random_dm_blocks(rng, nb: int, bs: int, d_range, m_range) -> np.ndarray:
+    """nb random blocks of an RQ type (bs bytes: codes, then fp16 d, fp16 m) with d and m drawn
+    uniformly from the given ranges: every code byte is legal, only the pair must be sane."""
+    raw = rng.integers(0, 256, (nb, bs), dtype=np.uint8)
+    for at, (lo, hi) in ((bs - 4, d_range), (bs - 2, m_range)):
+        raw[:, at:at + 2] = np.frombuffer(rng.uniform(lo, hi, nb).astype("<f2").tobytes(), np.uint8).reshape(nb, 2)
+    return raw
+
+
+def block_dm(q: np.ndarray, bs: int):
+    """The (d, m) pairs of an RQ type's blocks as float32 arrays."""
+    b = np.asarray(q, dtype=np.uint8).reshape(-1, bs)
+    return (b[:, bs - 4:bs - 2].copy().view("<f2").astype(np.float32).ravel(),
+            b[:, bs - 2:].copy().view("<f2").astype(np.float32).ravel())
+
+
+def c_dequant(type_name_: str, raw: np.ndarray, tmp_path) -> np.ndarray:
+    """The C reference decoder's values for raw blocks (`test_quant dequant TYPE`)."""
+    import subprocess
+    from conftest import BUILD
+    src, dst = tmp_path / "in.bin", tmp_path / "out.f32"
+    raw.tofile(src)
+    subprocess.run([str(BUILD / "test_quant"), "dequant", type_name_, str(src), str(dst)], check=True)
+    return np.fromfile(dst, dtype="<f4")
+
+
 # ---- a minimal GGUF reader (the gguf package refuses rawloop's types) -----------------------------
 
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import struct
-import subprocess
 
 import numpy as np
 import pytest
@@ -23,9 +22,9 @@ import pytest
 import gguf
 
 import oracle_models as om
-from conftest import BUILD, run_rawloop
-from rawloop_gguf import (KEY, dequant_tensor, f32_source, hf_from_tensors, read_gguf, rq2_dequant,
-                          type_name)
+from conftest import run_rawloop
+from rawloop_gguf import (KEY, block_dm, c_dequant, dequant_tensor, f32_source, hf_from_tensors,
+                          random_dm_blocks, read_gguf, rq2_dequant, type_name)
 
 # Dimensions all multiples of 64 (RQ2's block); hidden 256 fits Q4_K, ffn 320 does not, so a
 # Q4_K rule on ffn_down must fall back (to Q5_0, as llama.cpp) and say so.
@@ -75,18 +74,8 @@ def files(tmp_path_factory):
 # ---- block layout ----------------------------------------------------------------------------------
 
 def test_dequant_matches_numpy_layout(tmp_path):
-    rng = np.random.default_rng(3)
-    nb = 200
-    raw = rng.integers(0, 256, (nb, 20), dtype=np.uint8)
-    raw[:, 16:18] = np.frombuffer(rng.uniform(0.001, 0.05, nb).astype("<f2").tobytes(),
-                                  np.uint8).reshape(nb, 2)
-    raw[:, 18:20] = np.frombuffer(rng.uniform(-0.08, 0.02, nb).astype("<f2").tobytes(),
-                                  np.uint8).reshape(nb, 2)
-    src, dst = tmp_path / "in.bin", tmp_path / "out.f32"
-    raw.tofile(src)
-    subprocess.run([str(BUILD / "test_quant"), "dequant", "RQ2", str(src), str(dst)], check=True)
-    got = np.fromfile(dst, dtype="<f4")
-    np.testing.assert_array_equal(got, rq2_dequant(raw))
+    raw = random_dm_blocks(np.random.default_rng(3), 200, 20, (0.001, 0.05), (-0.08, 0.02))
+    np.testing.assert_array_equal(c_dequant("RQ2", raw, tmp_path), rq2_dequant(raw))
 
 
 def test_quantizer_error_bound(tmp_path):
@@ -100,9 +89,7 @@ def test_quantizer_error_bound(tmp_path):
     rel = float(np.sqrt(((y - x) ** 2).mean() / (x ** 2).mean()))
     assert rel < 0.33, rel
     # each block's grid covers a sane range: d >= 0 and levels within the block's span
-    b = q.reshape(-1, 20)
-    d = b[:, 16:18].copy().view("<f2").astype(np.float32).ravel()
-    m = b[:, 18:20].copy().view("<f2").astype(np.float32).ravel()
+    d, m = block_dm(q, 20)
     xb = x.reshape(-1, 64)
     assert (d > 0).all()
     assert (m >= xb.min(1) - 1e-3).all() and (m + 3 * d <= xb.max(1) + 1e-3).all()

@@ -12,16 +12,15 @@ Oracles, independent of the engine:
 """
 from __future__ import annotations
 
-import subprocess
-
 import numpy as np
 import pytest
 
 import gguf
 
 import oracle_models as om
-from conftest import BUILD, run_rawloop
-from rawloop_gguf import RQ4_ID, dequant_tensor, f32_source, hf_from_tensors, read_gguf, rq4_dequant, type_name
+from conftest import run_rawloop
+from rawloop_gguf import (RQ4_ID, block_dm, c_dequant, dequant_tensor, f32_source, hf_from_tensors,
+                          random_dm_blocks, read_gguf, rq4_dequant, type_name)
 
 # tied embeddings and hidden 256: the head rule gives token_embd (the head) Q6_K; ffn 320 is a
 # multiple of 64 (RQ4's block) but not of 256
@@ -47,15 +46,8 @@ def logits(path, tmp_path, exact):
 
 
 def test_dequant_matches_numpy_layout(tmp_path):
-    rng = np.random.default_rng(4)
-    nb = 200
-    raw = rng.integers(0, 256, (nb, 36), dtype=np.uint8)
-    raw[:, 32:34] = np.frombuffer(rng.uniform(0.001, 0.05, nb).astype("<f2").tobytes(), np.uint8).reshape(nb, 2)
-    raw[:, 34:36] = np.frombuffer(rng.uniform(-0.4, 0.02, nb).astype("<f2").tobytes(), np.uint8).reshape(nb, 2)
-    src, dst = tmp_path / "in.bin", tmp_path / "out.f32"
-    raw.tofile(src)
-    subprocess.run([str(BUILD / "test_quant"), "dequant", "RQ4", str(src), str(dst)], check=True)
-    np.testing.assert_array_equal(np.fromfile(dst, dtype="<f4"), rq4_dequant(raw))
+    raw = random_dm_blocks(np.random.default_rng(4), 200, 36, (0.001, 0.05), (-0.4, 0.02))
+    np.testing.assert_array_equal(c_dequant("RQ4", raw, tmp_path), rq4_dequant(raw))
 
 
 def test_quantizer_error_bound():
@@ -68,9 +60,7 @@ def test_quantizer_error_bound():
     y = rq4_dequant(q).reshape(x.shape)
     rel = float(np.sqrt(((y - x) ** 2).mean() / (x ** 2).mean()))
     assert rel < 0.0855, rel
-    b = q.reshape(-1, 36)
-    d = b[:, 32:34].copy().view("<f2").astype(np.float32).ravel()
-    m = b[:, 34:36].copy().view("<f2").astype(np.float32).ravel()
+    d, m = block_dm(q, 36)
     xb = x.reshape(-1, 64)
     assert (d > 0).all()
     # the least-squares refit may put an end level past the block's extreme value, by less than

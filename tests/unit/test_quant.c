@@ -549,6 +549,32 @@ static void check_rq_search(uint32_t type, int L, double ratio) {
     CHECK(bad == 0, "%s constant block off at %d places", rl_type_name(type), bad);
 }
 
+/* Integer extremes of a code type's fast path: every code L (the largest) against activations
+ * of -1 (int8 -127), d = 0.01, m = 0.02: the SIMD kernel against the reference and the value
+ * -(0.01 L + 0.02) per weight. */
+static void check_rq_extremes(uint32_t type, int L) {
+    enum { R = 8, NN = 1024 };
+    const size_t bs = rl_type_get(type)->size, rb = rl_row_bytes(type, NN);
+    static uint8_t w[R * NN];
+    static float xa[NN], ya[R], yr[R];
+    static rl_q8a xq[NN / 32];
+    memset(w, 0xFF, sizeof w);
+    for (size_t b = 0; b < R * rb / bs; b++) {
+        put_f16(w + bs * b + bs - 4, 0.01f);
+        put_f16(w + bs * b + bs - 2, 0.02f);
+    }
+    for (int i = 0; i < NN; i++) xa[i] = -1.0f;
+    rl_q8a_quant_row(xa, xq, NN);
+    rl_mm m = {.type = type, .w = w, .row_bytes = rb, .n = NN, .S = 1, .x = xa, .xq = xq, .y = ya, .ys = R};
+    rl_mm_rows(&m, 0, R);
+    m.y = yr;
+    rl_mm_rows_ref(&m, 0, R);
+    const double want = -(0.01 * L + 0.02) * NN;
+    int bad = 0;
+    for (int r = 0; r < R; r++) bad += fabsf(ya[r] - yr[r]) > 1e-5f * fabsf(yr[r]) || fabs(yr[r] - want) > 1e-3 * -want;
+    CHECK(bad == 0, "%s extremes: %d rows differ (%g vs %g, expected %g)", rl_type_name(type), bad, ya[0], yr[0], want);
+}
+
 static void test_rq2(void) {
     CHECK(rl_type_get(RL_RQ2) && rl_type_get(RL_RQ2)->blck == 64 && rl_type_get(RL_RQ2)->size == 20,
           "RQ2 geometry");
@@ -584,26 +610,7 @@ static void test_rq2(void) {
      * squared error; min/max alone would also fail the 0.33 rms bound of test_roundtrip) */
     check_rq_search(RL_RQ2, 3, 0.7);
 
-    /* integer extremes of the fast path: all codes 3 against activations of -127 */
-    enum { R = 8, NN = 1024 };
-    size_t rb = rl_row_bytes(RL_RQ2, NN);
-    static uint8_t w[R * 320];
-    static float xa[NN], ya[R], yr[R];
-    static rl_q8a xq[NN / 32];
-    memset(w, 0xFF, sizeof w);
-    for (size_t b = 0; b < R * rb / 20; b++) {
-        put_f16(w + 20 * b + 16, 0.01f);
-        put_f16(w + 20 * b + 18, 0.02f);
-    }
-    for (int i = 0; i < NN; i++) xa[i] = -1.0f;
-    rl_q8a_quant_row(xa, xq, NN);
-    rl_mm m = {.type = RL_RQ2, .w = w, .row_bytes = rb, .n = NN, .S = 1, .x = xa, .xq = xq, .y = ya, .ys = R};
-    rl_mm_rows(&m, 0, R);
-    m.y = yr;
-    rl_mm_rows_ref(&m, 0, R);
-    bad = 0;
-    for (int r = 0; r < R; r++) bad += fabsf(ya[r] - yr[r]) > 1e-5f * fabsf(yr[r]) || fabsf(yr[r] + 0.05f * NN) > 1e-3f * 0.05f * NN;
-    CHECK(bad == 0, "RQ2 extremes: %d rows differ (%g vs %g, expected %g)", bad, ya[0], yr[0], -0.05 * NN);
+    check_rq_extremes(RL_RQ2, 3);
 }
 
 /* ---- RQ4 ----------------------------------------------------------------------------------- */
@@ -628,26 +635,7 @@ static void test_rq4(void) {
      * is already close; finer candidate steps, tried up to 33 of them, found the same fits) */
     check_rq_search(RL_RQ4, 15, 0.93);
 
-    /* integer extremes of the fast path: all codes 15 against activations of -127 */
-    enum { R = 8, NN = 1024 };
-    const size_t rb = rl_row_bytes(RL_RQ4, NN);
-    static uint8_t w[R * 576];
-    static float xa[NN], ya[R], yr[R];
-    static rl_q8a xq[NN / 32];
-    memset(w, 0xFF, sizeof w);
-    for (size_t b = 0; b < R * rb / 36; b++) {
-        put_f16(w + 36 * b + 32, 0.01f);
-        put_f16(w + 36 * b + 34, 0.02f);
-    }
-    for (int i = 0; i < NN; i++) xa[i] = -1.0f;
-    rl_q8a_quant_row(xa, xq, NN);
-    rl_mm m = {.type = RL_RQ4, .w = w, .row_bytes = rb, .n = NN, .S = 1, .x = xa, .xq = xq, .y = ya, .ys = R};
-    rl_mm_rows(&m, 0, R);
-    m.y = yr;
-    rl_mm_rows_ref(&m, 0, R);
-    bad = 0;
-    for (int r = 0; r < R; r++) bad += fabsf(ya[r] - yr[r]) > 1e-5f * fabsf(yr[r]) || fabsf(yr[r] + 0.17f * NN) > 1e-3f * 0.17f * NN;
-    CHECK(bad == 0, "RQ4 extremes: %d rows differ (%g vs %g, expected %g)", bad, ya[0], yr[0], -0.17 * NN);
+    check_rq_extremes(RL_RQ4, 15);
 }
 
 /* ---- Q5_0 / Q5_1 -------------------------------------------------------------------------- */
