@@ -207,7 +207,8 @@ static int put_vec(rl_cuda *c, const float *src, size_t n, const float **dst, rl
 
 static int put_mat(rl_cuda *c, const rl_matrix *w, rl_dmat *d, const char *what, rl_err *e) {
     /* whole blocks, and at least 32-value chunks (the float types); a type the CPU gains is not run here silently */
-    if (!rl_mv_type_ok(w->type) || w->cols % (rl_type_get(w->type)->blck > 32 ? rl_type_get(w->type)->blck : 32))
+    const size_t blck = rl_mv_type_ok(w->type) ? rl_type_get(w->type)->blck : 1;
+    if (!rl_mv_type_ok(w->type) || w->cols % (blck > 32 ? blck : 32))
         return rl_fail(e, "CUDA: %s: type %s with %zu columns is not supported on the GPU (--device cpu runs it)",
                        what, rl_type_name(w->type), w->cols);
     size_t qb, sb;
@@ -285,8 +286,9 @@ static void mv_go(rl_cuda *c, const rl_mv_args *a, int *rc) {
     int k = rl_mv_launch(a, &c->knobs, c->n_sm, c->st);
     if (k < 0) *rc = -1;
     else c->n.launches += (size_t)k;
-    c->n.streamed += rl_mvs_warps(a, &c->knobs) > 0;
-    c->n.bulked += rl_mvs_warps(a, &c->knobs) > 0 && rl_mvb_applies(a, &c->knobs);
+    const bool streamed = rl_mvs_warps(a, &c->knobs) > 0;
+    c->n.streamed += streamed;
+    c->n.bulked += streamed && rl_mvb_applies(a, &c->knobs);
 }
 
 /* The arguments of a one-matrix matvec: y (mode) W · x, x RMS-normalised first with norm_w. */

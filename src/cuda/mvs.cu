@@ -137,13 +137,12 @@ static int mvs_plan(const rl_mv_args *a, const rl_cuda_knobs *k, mvs_fn *f, size
  * the shared memory left over per warp a ring of D >= 2 slots of up units: up as large as the
  * knob allows while D reaches the knob's slots (a warp then has D - 1 pages in flight while it
  * computes one). Bulk copies need sm_90, 16-byte aligned runs whose sizes are multiples of 16:
- * aligned scale rows, and a row's scale bytes a multiple of 16. */
+ * 16-byte aligned planes, whose row strides are a row's quant and scale bytes (so every page's
+ * runs are multiples of 16 too). */
 static int mvb_plan(const rl_mv_args *a, const rl_cuda_knobs *k, int nw, mvb_fn *f, size_t *smem, int *up, int *D) {
     const int type = (int)a->seg[0].w.type;
     if (!k->mvb || !nw || !mvs_scaled(type) || !rl_mv_planes_aligned(a, 16, true)) return 0;
-    const bool rq = type == RL_RQ2 || type == RL_RQ4; /* 64-value units, (d, m) scales */
-    const int cw = rq ? 64 : 32, sbu = rq ? 4 : 2, nu = a->n / cw;
-    if ((size_t)nu * sbu % 16) return 0;
+    const int nu = a->n / mvs_unit_values(type);
     const bool q8 = a->fast && rl_mv_q8((uint32_t)type);
     *f = mvb_kernel_for((uint32_t)type, a->mode == RL_MV_GLU, q8);
     const size_t lim = mvs_smem_limit(*f), fixed = mvs_x_bytes(a->n, q8) + (size_t)nw * 8 * 8; /* MAXD barriers */

@@ -63,6 +63,14 @@ __host__ __device__ constexpr size_t mvs_ring_bytes(int T) {
 #undef MVS_RING
 }
 
+/* Values per unit (mv_tr CW: 32, RQ2 / RQ4 64) for a streamed type known at run time (0: not
+ * streamed). */
+__host__ __device__ constexpr int mvs_unit_values(int T) {
+#define MVS_CW(t) T == t ? mv_tr<t>::CW :
+    return RL_MVS_TYPES(MVS_CW) 0;
+#undef MVS_CW
+}
+
 /* Shared memory before the rings: the staged input, rounded up to 16 bytes. */
 __host__ __device__ inline size_t mvs_x_bytes(int n, bool q8) { return (stage_bytes(n, q8) + 15) & ~(size_t)15; }
 
