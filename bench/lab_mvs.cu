@@ -11,8 +11,8 @@
  *  1. the production kernel (rl_mvs_launch, Q4_0 and Q8_0 in the plane layout, 8-bit
  *     activations, RMS norm prologue) over rows at n = 4096 and at n = 11008: time against
  *     bytes gives the fixed cost per launch (intercept) and the streaming rate (slope);
- *     the same without the norm, and without PDL; and with the bulk-copy ring (RL_CUDA_MVB) at
- *     two page sizes;
+ *     the same without the norm, and without PDL; and with the bulk pages (RL_CUDA_MVB) at
+ *     three page sizes;
  *  2. read-only kernels with the streamed matvec's access pattern (each warp two rows, 512
  *     contiguous bytes per row per step) and with a sequential pattern over the same bytes,
  *     to separate what DRAM gives each pattern from what the matvec's instructions cost;
@@ -167,15 +167,14 @@ int main(int argc, char **argv) {
                 if (n == 11008 && rows > 8192) continue;
                 std::vector<mat> ms = carve(P, T, rows, n);
                 if (ms.size() < 4) continue;
-                /* variants: 0 as decoding runs it, 1 without the norm, 2 without PDL; 3 and 4
-                 * the bulk-copy ring (RL_CUDA_MVB, mvs.cuh mvb_warp) with pages of 128 units
-                 * and 4 slots, and of 32 units and 8 slots */
-                for (int variant = 0; variant < 5; variant++) {
+                /* variants: 0 as decoding runs it, 1 without the norm, 2 without PDL; 3, 4 and
+                 * 5 the bulk pages (RL_CUDA_MVB, mvs.cuh mvb_block) of about 8, 2 and 16 KB */
+                static const int page_kb[6] = {8, 8, 8, 8, 2, 16};
+                for (int variant = 0; variant < 6; variant++) {
                     const bool norm = variant != 1;
                     kn.pdl = variant == 2 ? 0 : 2;
                     kn.mvb = variant >= 3;
-                    kn.mvb_up = variant == 4 ? 32 : 128;
-                    kn.mvb_slots = variant == 4 ? 8 : 4;
+                    kn.mvb_page = page_kb[variant];
                     if (variant && variant < 3 && rows != 4096 && rows != 12288 && rows != 32768) continue;
                     double us = time_graph(st, K, reps, [&](int i) {
                         rl_mv_args a;
@@ -200,7 +199,8 @@ int main(int argc, char **argv) {
                     });
                     printf("| %s | %d | %d | %.1f | %s | %s | %s | %.2f | %.0f |\n", T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows,
                            ms[0].bytes / 1e6, norm ? "yes" : "no", kn.pdl ? "yes" : "no",
-                           variant == 3 ? "bulk 128x4" : variant == 4 ? "bulk 32x8" : "cp.async", us, ms[0].bytes / us / 1e3);
+                           variant == 3 ? "bulk 8 KB" : variant == 4 ? "bulk 2 KB" : variant == 5 ? "bulk 16 KB" : "cp.async", us,
+                           ms[0].bytes / us / 1e3);
                 }
             }
         }

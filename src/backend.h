@@ -108,7 +108,7 @@ int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_
 bool rl_cuda_device_present(void);
 /* Whether the CUDA backend has kernels for a weight type that have passed its device tests
  * (false without CUDA): --device auto runs a model with any other matrix type on the CPU.
- * --device cuda also runs the types whose kernels are built but not yet verified (RQ4). */
+ * --device cuda also runs a type whose kernels are built but not yet verified (none now). */
 bool rl_cuda_runs_type(uint32_t type);
 
 #endif

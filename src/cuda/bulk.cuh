@@ -1,7 +1,7 @@
 /* The copy engine's side of shared memory (sm_90): cp.async.bulk moves a contiguous run of
  * global memory into shared memory without lane instructions per 16 bytes, and counts the
  * bytes that have landed on an mbarrier (its transaction count); a thread waits for the
- * barrier's phase to flip. Used by the bulk-copy matvec (mvs.cuh mvb_warp) and the kernel lab
+ * barrier's phase to flip. Used by the bulk-page matvec (mvs.cuh mvb_block) and the kernel lab
  * (bench/lab_bulk.cu). Device code only; every function here is a no-op below sm_90, where
  * nothing calls it (the callers check the architecture on the host). */
 #ifndef RL_CUDA_BULK_CUH
@@ -34,6 +34,12 @@ __device__ __forceinline__ void mb_init_fence() {
 __device__ __forceinline__ void mb_expect(uint32_t bar, uint32_t tx) {
 #if RL_BULK
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(tx) : "memory");
+#endif
+}
+/* Expects tx more bytes in the current phase, without arriving. */
+__device__ __forceinline__ void mb_expect_only(uint32_t bar, uint32_t tx) {
+#if RL_BULK
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(tx) : "memory");
 #endif
 }
 __device__ __forceinline__ void mb_arrive(uint32_t bar) {

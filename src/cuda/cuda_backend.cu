@@ -171,14 +171,12 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */
         knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e) || /* streamed matvec (mvs.cu); unset: mvs_for */
         knob("RL_CUDA_MVB", 0, 0, 1, &k->mvb, e) || /* bulk copies into the streamed matvec (mvs.cuh) */
-        knob("RL_CUDA_MVB_UP", 128, 32, 1024, &k->mvb_up, e) ||
-        knob("RL_CUDA_MVB_SLOTS", 4, 2, 8, &k->mvb_slots, e) ||
+        knob("RL_CUDA_MVB_PAGE", 8, 1, 64, &k->mvb_page, e) ||
         knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
         knob("RL_CUDA_PF_ROPE_TAB", 1, 0, 1, &k->pf_rope_tab, e) || /* its RoPE angles (attention.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
         return -1;
-    if (k->mvb_up % 32) return rl_fail(e, "RL_CUDA_MVB_UP=%d: expected a multiple of 32", k->mvb_up);
     return 0;
 }
 
@@ -939,9 +937,9 @@ out:
 static const rl_backend_ops k_cuda_ops = {cuda_free,    cuda_n_ctx,   cuda_kv_read,     cuda_forward,
                                           cuda_ceiling, cuda_profile, cuda_profile_rows};
 
-/* RQ4's kernels were built in a session without device time: until test_cuda has passed them
- * on a device, --device auto keeps RQ4 models on the CPU (--device cuda runs them). */
-extern "C" bool rl_cuda_runs_type(uint32_t type) { return rl_mv_type_ok(type) && type != RL_RQ4; }
+/* Every type with kernels has passed test_cuda on a device (RQ4, the last, on 2026-12-04). A
+ * type added later stays out of here (--device auto keeps it on the CPU) until it has. */
+extern "C" bool rl_cuda_runs_type(uint32_t type) { return rl_mv_type_ok(type); }
 
 extern "C" bool rl_cuda_device_present(void) {
     int n = 0;

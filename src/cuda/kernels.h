@@ -152,10 +152,10 @@ struct rl_cuda_knobs {
                             2 Q4_0/Q8_0/FP8/RQ2/RQ4 (RQ2: the shift decoder only);
                             unset: by shape (cuda_backend.cu mvs_for) */
     int mvb;             /* the streamed matvec's weights arrive by bulk copies (RL_CUDA_MVB: 0
-                            cp.async per lane, the default; 1 cp.async.bulk pages, mvs.cuh
-                            mvb_warp, on sm_90 for Q4_0/Q8_0/FP8/RQ2/RQ4); the same bits */
-    int mvb_up;          /* its most units per page (RL_CUDA_MVB_UP, a multiple of 32) */
-    int mvb_slots;       /* the slots per warp it aims for, pages narrowing to fit (RL_CUDA_MVB_SLOTS) */
+                            cp.async per lane, the default; 1 pages of whole items moved by a
+                            producer warp with cp.async.bulk, mvs.cuh mvb_block, on sm_90 for
+                            Q4_0/Q8_0/FP8/RQ2/RQ4); the same bits */
+    int mvb_page;        /* its page size aimed for, in KB (RL_CUDA_MVB_PAGE; whole items) */
     int mvx;             /* exact chunks of Q4_0 / Q8_0 with 8-bit activations on int8 tensor
                             cores (mvx.cu; RL_CUDA_MVX: 1 default, 0 the dp4a chunk kernel);
                             the same bits either way */

@@ -24,25 +24,23 @@ __global__ void __launch_bounds__(512) mvs_kernel(const __grid_constant__ rl_mv_
     w.run(xs, red);
 }
 
-/* The bulk-copy variant (mvs.cuh mvb_warp): the same block, staging and items; after the
- * staging area, MAXD barriers per warp, then the warps' rings of D slots of up units each. */
+/* The bulk-page variant (mvs.cuh mvb_block): after the staging area, the slots' full and empty
+ * barriers (16 bytes a slot), then the slots. */
 template <int T, bool GLU, bool Q8>
-__global__ void __launch_bounds__(512) mvb_kernel(const __grid_constant__ rl_mv_args a, int up, int D) {
+__global__ void __launch_bounds__(512) mvb_kernel(const __grid_constant__ rl_mv_args a, const mvb_geom g) {
     extern __shared__ __align__(16) float xs[];
     __shared__ double red[32];
     rl_pdl_trigger();
-    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    uint8_t *base = (uint8_t *)xs + mvs_x_bytes(a.n, Q8);
-    uint8_t *ring = base + (size_t)nw * mvb_tr<T>::MAXD * 8 + (size_t)warp * D * mvb_slot_bytes(T, up);
-    mvb_warp<T, GLU, Q8> w;
-    w.init(&a, ring, (uint64_t *)base + (size_t)warp * mvb_tr<T>::MAXD, up, D, blockIdx.x * nw + warp, gridDim.x * nw);
-    w.prefetch(); /* weights only: in flight before waiting for the previous kernel */
+    uint8_t *bars = (uint8_t *)xs + mvs_x_bytes(a.n, Q8);
+    mvb_block<T, GLU, Q8> b;
+    b.init(&a, bars + (size_t)16 * g.ns, (uint64_t *)bars, g);
+    b.prefetch(); /* weights only: in flight before waiting for the previous kernel */
     rl_pdl_wait();
-    w.run(xs, red);
+    b.run(xs, red);
 }
 
 typedef void (*mvs_fn)(const rl_mv_args);
-typedef void (*mvb_fn)(const rl_mv_args, int, int);
+typedef void (*mvb_fn)(const rl_mv_args, const mvb_geom);
 
 template <int T> static mvs_fn mvs_pick(bool glu, bool q8) {
     if constexpr (q8_ok(T))
@@ -133,29 +131,38 @@ static int mvs_plan(const rl_mv_args *a, const rl_cuda_knobs *k, mvs_fn *f, size
     return lim && *smem <= lim ? nw : 0;
 }
 
-/* The bulk launch of a (0: not bulk): mvs_plan's warps, so the same staging and bits, and in
- * the shared memory left over per warp a ring of D >= 2 slots of up units: up as large as the
- * knob allows while D reaches the knob's slots (a warp then has D - 1 pages in flight while it
- * computes one). Bulk copies need sm_90, 16-byte aligned runs whose sizes are multiples of 16:
- * 16-byte aligned planes, whose row strides are a row's quant and scale bytes (so every page's
- * runs are multiples of 16 too). */
-static int mvb_plan(const rl_mv_args *a, const rl_cuda_knobs *k, int nw, mvb_fn *f, size_t *smem, int *up, int *D) {
+/* The bulk launch of a (0: not bulk): mvs_plan's warps (so the same staging and bits), the last
+ * one the producer. Pages of whole items, about the knob's kilobytes (RL_CUDA_MVB_PAGE); groups
+ * of as many warps as a page has items; as many slots as the block's share of an SM's shared
+ * memory holds (a block of nw warps takes nw / 16 of it, as mvs's 16-warp block takes all),
+ * a multiple of the groups. Bulk copies need sm_90 and 16-byte aligned runs whose sizes are
+ * multiples of 16, and a run of rows is one copy only where rows follow one another without
+ * padding: planes 16-byte aligned, row strides equal to a row's bytes. */
+static int mvb_plan(const rl_mv_args *a, const rl_cuda_knobs *k, int nw, mvb_fn *f, size_t *smem, mvb_geom *g) {
     const int type = (int)a->seg[0].w.type;
-    if (!k->mvb || !nw || !mvs_scaled(type) || !rl_mv_planes_aligned(a, 16, true)) return 0;
-    const int nu = a->n / mvs_unit_values(type);
+    if (!k->mvb || nw < 2 || !mvs_scaled(type) || !rl_mv_planes_aligned(a, 16, true)) return 0;
+    const size_t nu = (size_t)(a->n / mvs_unit_values(type));
+    const size_t qb = nu * mvb_unit_bytes(type, false), sb = nu * mvb_unit_bytes(type, true), item = 2 * (qb + sb);
+    for (int i = 0; i < (a->mode == RL_MV_GLU ? 2 : a->nseg); i++)
+        if (a->seg[i].w.q_row != qb || a->seg[i].w.s_row != sb) return 0;
     const bool q8 = a->fast && rl_mv_q8((uint32_t)type);
     *f = mvb_kernel_for((uint32_t)type, a->mode == RL_MV_GLU, q8);
-    const size_t lim = mvs_smem_limit(*f), fixed = mvs_x_bytes(a->n, q8) + (size_t)nw * 8 * 8; /* MAXD barriers */
-    if (!*f || lim <= fixed) return 0;
-    const size_t per_warp = (lim - fixed) / nw;
-    int u = (nu + 31) / 32 * 32;
-    if (u > k->mvb_up) u = k->mvb_up;
-    while (u > 32 && per_warp / mvb_slot_bytes(type, u) < (size_t)k->mvb_slots) u -= 32;
-    const size_t d = per_warp / mvb_slot_bytes(type, u);
-    if (d < 2) return 0;
-    *up = u;
-    *D = d > 8 ? 8 : (int)d;
-    *smem = fixed + (size_t)nw * *D * mvb_slot_bytes(type, u);
+    const size_t lim = mvs_smem_limit(*f), budget = lim * (size_t)(nw < 16 ? nw : 16) / 16;
+    const size_t fixed = mvs_x_bytes(a->n, q8);
+    if (!*f || budget <= fixed) return 0;
+    const int consumers = nw - 1;
+    int pi = (int)(((size_t)k->mvb_page * 1024 + item / 2) / item);
+    pi = pi < 1 ? 1 : pi > consumers ? consumers : pi;
+    int groups = consumers / pi;
+    int ns = (int)((budget - fixed) / ((size_t)pi * item + 16));
+    if (ns > 64) ns = 64;
+    if (ns >= groups) ns -= ns % groups;
+    else groups = ns;
+    if (ns < 2) return 0;
+    g->pi = pi;
+    g->groups = groups;
+    g->ns = ns;
+    *smem = fixed + (size_t)ns * (16 + (size_t)pi * item);
     return nw;
 }
 
@@ -168,8 +175,8 @@ int rl_mvs_warps(const rl_mv_args *a, const rl_cuda_knobs *k) {
 bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     mvb_fn f;
     size_t smem;
-    int up, D;
-    return mvb_plan(a, k, rl_mvs_warps(a, k), &f, &smem, &up, &D) > 0;
+    mvb_geom g;
+    return mvb_plan(a, k, rl_mvs_warps(a, k), &f, &smem, &g) > 0;
 }
 
 int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
@@ -179,18 +186,22 @@ int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStr
     if (!nw) return 0;
     mvb_fn fb;
     size_t smem_b;
-    int up, D;
-    const bool bulk = mvb_plan(a, k, nw, &fb, &smem_b, &up, &D) > 0;
+    mvb_geom g;
+    const bool bulk = mvb_plan(a, k, nw, &fb, &smem_b, &g) > 0;
     int occ = 0;
     if ((bulk ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fb, nw * 32, smem_b)
               : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, nw * 32, smem)) != cudaSuccess ||
         occ < 1)
         occ = 1;
     if (occ > k->mv_blocks_per_sm) occ = k->mv_blocks_per_sm;
-    /* items per warp as even as the resident warps allow, then only as many blocks as that needs */
-    const int items = mv_items(*a, a->mode == RL_MV_GLU), cap = occ * n_sm * nw, ipw = (items + cap - 1) / cap;
-    const int blocks = (items + ipw * nw - 1) / (ipw * nw);
+    const int items = mv_items(*a, a->mode == RL_MV_GLU);
     /* PDL (knob 1 or 2): the first stages are copied while the previous kernel runs */
-    if (bulk) return rl_launch(fb, dim3(blocks), dim3(nw * 32), smem_b, st, k->pdl != 0, *a, up, D) ? -1 : 1;
+    if (bulk) { /* one wave of blocks, each a contiguous run of items */
+        g.ipb = (items + occ * n_sm - 1) / (occ * n_sm);
+        return rl_launch(fb, dim3((items + g.ipb - 1) / g.ipb), dim3(nw * 32), smem_b, st, k->pdl != 0, *a, g) ? -1 : 1;
+    }
+    /* items per warp as even as the resident warps allow, then only as many blocks as that needs */
+    const int cap = occ * n_sm * nw, ipw = (items + cap - 1) / cap;
+    const int blocks = (items + ipw * nw - 1) / (ipw * nw);
     return rl_launch(f, dim3(blocks), dim3(nw * 32), smem, st, k->pdl != 0, *a) ? -1 : 1;
 }

@@ -235,144 +235,190 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
 };
 
 
-/* ---- bulk-copy ring (v2.15, knob RL_CUDA_MVB) ---------------------------------------------
- * The same work items, per-lane unit order, dot (mvs_dot) and epilogue as mvs_warp, so the
- * same bits; the weights reach shared memory as pages moved by the copy engine (bulk.cuh)
- * instead of one cp.async per lane and 16 bytes. Why: the kernel lab's bulk matvec read
- * layer-sized Q4_0 tensors at 1.2-1.8x mvs's rate (docs/PERF.md v2.14).
+/* ---- bulk pages from a producer warp (v2.16, knob RL_CUDA_MVB) ----------------------------
+ * Why: the kernel lab's bulk matvec (bench/lab_bulk.cu: a block's contiguous rows moved by one
+ * producer in pages of several rows) read layer-sized Q4_0 tensors 1.3-1.8x faster than mvs
+ * (docs/PERF.md v2.14), while v2.15's bulk ring, each warp copying its own pages of one item,
+ * was slower than mvs on every tensor and model measured (v2.16).
  *
- * Page k of a warp: units u0 .. u0 + pu - 1 of one item's two rows (pu <= UP, a run-time
- * multiple of 32 chosen by the host, mvb_plan), laid out in its slot as row 0's quants, row 1's
- * quants (pu * QU bytes each), row 0's scales, row 1's scales (pu * SB bytes each). Where the
- * two rows' runs are adjacent in memory (a non-GLU item's whole rows: consecutive rows of a
- * plane without padding) that is one copy per plane, else one per row and plane. A warp's ring
- * has D slots and a barrier each (phase k / D of slot k % D); lane 0 issues the warp's own
- * pages, refilling the slot the warp has just read, so no warp waits on another's progress and
- * the barriers need no "empty" side. Reads from a slot: a lane takes its unit's 16-byte pieces
- * at QU-byte strides (Q4_0: conflict-free; Q8_0 / FP8: two-way bank conflicts, which the
- * copy engine's unswizzled layout cannot avoid). Only the types with a scale plane. */
+ * Block b owns the launch's items [b * ipb, b * ipb + ipb). Its last warp is the producer:
+ * lane 0 moves page k, the block's items k * PI .. k * PI + PI - 1 (whole items), into slot
+ * k % NS by cp.async.bulk, one copy per plane and run of rows within one matrix. The other
+ * warps compute, in G groups of PI warps: group g takes pages g, g + G, ..., warp i of it item
+ * i of the page; lane l its units l, l + 32, ... of both rows through mvs_dot, then mv_finish:
+ * mvs's order, dot and epilogue, so the same bits. The staging is mvs's too: every warp of the
+ * block (the producer as well) stages the input, after the producer has issued the first NS
+ * pages and before it issues the rest.
+ *
+ * A slot holds PI items' rows (non-GLU: item j's at 2j and 2j + 1, the rows of a page being
+ * consecutive within each matrix; GLU: gate rows at 0 .. PI - 1, up rows at PI .. 2PI - 1): row
+ * r's quants at r * qb, then its scales at 2 PI qb + r * sb. Barriers per slot: full (the
+ * producer's one arrival with the page's bytes) and empty (PI arrivals, one per warp of the
+ * group, the slot read). NS is a multiple of G, so a slot always serves the same group, whose
+ * warps take its pages in order: a wait by parity cannot meet a phase two ahead (the lab's
+ * failure with slots shared between groups). Reads from a slot: a lane takes its unit's 16-byte
+ * pieces at QU-byte strides (Q4_0: conflict-free; Q8_0 / FP8: two-way bank conflicts). Only the
+ * types with a scale plane. */
 template <int T> struct mvb_tr {
     static constexpr int QU = 16 * mv_tr<T>::NV; /* quant bytes per unit */
     static constexpr int SB = mvs_tr<T>::SB;     /* scale bytes per unit */
-    static constexpr int MAXD = 8;               /* most slots per warp (the barrier area) */
 };
-/* Bytes of one slot holding up to up units of two rows, for a type known at run time (0: not
- * a bulk type). */
-__host__ __device__ constexpr size_t mvb_slot_bytes(int T, int up) {
-#define MVB_SLOT(t) T == t ? (size_t)2 * up * (mvb_tr<t>::QU + mvb_tr<t>::SB) :
-    return mvs_scaled(T) ? RL_MVS_TYPES(MVB_SLOT) 0 : 0;
-#undef MVB_SLOT
+/* Bytes per unit of the quant plane (scale false) or of the scale plane, for a type known at
+ * run time (0: not a bulk type). */
+__host__ __device__ constexpr int mvb_unit_bytes(int T, bool scale) {
+#define MVB_UB(t) T == t ? (scale ? mvb_tr<t>::SB : mvb_tr<t>::QU) :
+    return mvs_scaled(T) ? RL_MVS_TYPES(MVB_UB) 0 : 0;
+#undef MVB_UB
 }
 
-template <int T, bool GLU, bool Q8> struct mvb_warp {
-    static_assert(mvs_scaled(T), "the bulk ring takes the types with a scale plane");
+/* The page shape of a launch, chosen by the host (mvs.cu mvb_plan). */
+struct mvb_geom {
+    int ipb;    /* items per block */
+    int pi;     /* items per page, and warps per group */
+    int groups; /* G */
+    int ns;     /* slots, a multiple of G */
+};
+
+template <int T, bool GLU, bool Q8> struct mvb_block {
+    static_assert(mvs_scaled(T), "bulk pages take the types with a scale plane");
     static constexpr int QU = mvb_tr<T>::QU, SB = mvb_tr<T>::SB;
     const rl_mv_args *a;
     const uint8_t *ring;
-    uint32_t rs, bar0; /* shared addresses of slot 0 and of its barrier */
-    int up, D, slot, nu, npg, G, items, p0, total;
-    int k_issue, ip, ipg; /* the copy cursor: page k_issue is page ipg of item ip */
+    mvb_geom g;
+    uint32_t rs, full0, empty0; /* shared addresses of slot 0 and of the barrier arrays */
+    int nu, qb, sb, slot, i0, i1, npages;
+    /* The producer's copy cursor (lane 0's registers), advanced by additions page by page: the
+     * next page's first rows in the planes (GLU: gate, up; else the current segment's), that
+     * segment's index and rows left. Resolving each page from (item, segment) through the
+     * launch's parameters cost more than the copies (a first version: about 0.6 us a page). */
+    const uint8_t *cq[2], *cs[2];
+    int seg, left;
 
-    __device__ __forceinline__ void init(const rl_mv_args *args, uint8_t *ring_, uint64_t *bars, int up_, int D_,
-                                         int warp_id, int n_warps) {
+    /* bars: 2 * ns barriers (full, then empty). Lane 0 of the producer initialises them. */
+    __device__ __forceinline__ void init(const rl_mv_args *args, uint8_t *ring_, uint64_t *bars, mvb_geom g_) {
         a = args;
+        g = g_;
         ring = ring_;
         rs = rl_smem_addr(ring_);
-        bar0 = rl_smem_addr(bars);
-        up = up_;
-        D = D_;
-        slot = (int)mvb_slot_bytes(T, up_);
+        full0 = rl_smem_addr(bars);
+        empty0 = full0 + 8 * g.ns;
         nu = a->n / mv_tr<T>::CW;
-        npg = (nu + up - 1) / up;
-        G = n_warps;
-        items = mv_items(*a, GLU);
-        p0 = warp_id;
-        total = p0 < items ? ((items - 1 - p0) / G + 1) * npg : 0;
-        k_issue = 0;
-        ip = p0;
-        ipg = 0;
-        if ((threadIdx.x & 31) == 0) {
-            for (int i = 0; i < D; i++) mb_init(bar0 + 8 * i, 1);
+        qb = nu * QU;
+        sb = nu * SB;
+        slot = 2 * g.pi * (qb + sb);
+        i0 = blockIdx.x * g.ipb;
+        i1 = min(mv_items(*a, GLU), i0 + g.ipb);
+        npages = i1 > i0 ? (i1 - i0 + g.pi - 1) / g.pi : 0;
+        if (producer() && (threadIdx.x & 31) == 0) {
+            for (int i = 0; i < g.ns; i++) {
+                mb_init(full0 + 8 * i, 1);
+                mb_init(empty0 + 8 * i, g.pi);
+            }
             mb_init_fence();
-        }
-        __syncwarp();
-    }
-
-    /* Lane 0 copies the next page into its slot (the caller has finished reading that slot). */
-    __device__ __forceinline__ void issue() {
-        if (k_issue >= total) return;
-        if ((threadIdx.x & 31) == 0) {
-            const int u0 = ipg * up, pu = min(up, nu - u0), sl = k_issue % D;
-            const uint32_t dst = rs + sl * slot, bar = bar0 + 8 * sl, qb = pu * QU, sb = pu * SB;
-            const mv_task t = mv_resolve(*a, ip, GLU);
-            const bool two = GLU || t.rb >= 0;
-            const uint8_t *q0 = t.w[0] + (size_t)u0 * QU, *q1 = t.w[1] + (size_t)u0 * QU;
-            const uint8_t *s0 = t.s[0] + (size_t)u0 * SB, *s1 = t.s[1] + (size_t)u0 * SB;
-            bulk_fence();
-            mb_expect(bar, (two ? 2 : 1) * (qb + sb));
-            if (two && q1 == q0 + qb && s1 == s0 + sb) {
-                bulk_copy(dst, q0, 2 * qb, bar);
-                bulk_copy(dst + 2 * qb, s0, 2 * sb, bar);
-            } else {
-                bulk_copy(dst, q0, qb, bar);
-                bulk_copy(dst + 2 * qb, s0, sb, bar);
-                if (two) {
-                    bulk_copy(dst + qb, q1, qb, bar);
-                    bulk_copy(dst + 2 * qb + sb, s1, sb, bar);
+            if (npages) {
+                if constexpr (GLU) {
+                    for (int h = 0; h < 2; h++) {
+                        cq[h] = qrow(a->seg[h].w, i0);
+                        cs[h] = srow(a->seg[h].w, i0);
+                    }
+                } else {
+                    int ra;
+                    seg = mv_unit(*a, i0, 2, &ra);
+                    cq[0] = qrow(a->seg[seg].w, ra);
+                    cs[0] = srow(a->seg[seg].w, ra);
+                    left = a->seg[seg].w.rows - ra;
                 }
             }
         }
-        k_issue++;
-        if (++ipg == npg) {
-            ipg = 0;
-            ip += G;
+    }
+
+    __device__ __forceinline__ bool producer() const { return (int)(threadIdx.x >> 5) == (int)(blockDim.x >> 5) - 1; }
+
+    /* nr rows from the cursor's plane h into slot rows ro.. of the slot at dst. */
+    __device__ __forceinline__ void copy_rows(uint32_t dst, uint32_t bar, int h, int ro, int nr) {
+        mb_expect_only(bar, nr * (qb + sb));
+        bulk_copy(dst + ro * qb, cq[h], nr * qb, bar);
+        bulk_copy(dst + 2 * g.pi * qb + ro * sb, cs[h], nr * sb, bar);
+        cq[h] += (size_t)nr * qb;
+        cs[h] += (size_t)nr * sb;
+    }
+
+    /* Producer lane 0: page k (pages go in order) into slot k % ns, once the group has read the
+     * slot's last page. GLU: one run per matrix; else one per run of the page's items within
+     * one segment. */
+    __device__ __forceinline__ void issue(int k) {
+        const int sl = k % g.ns, np = min(g.pi, i1 - (i0 + k * g.pi));
+        if (k >= g.ns)
+            while (!mb_try(empty0 + 8 * sl, (uint32_t)(k / g.ns - 1) & 1)) {
+            }
+        const uint32_t dst = rs + sl * slot, bar = full0 + 8 * sl;
+        bulk_fence(); /* the group's reads of the slot (ordered by the barrier) before the copy engine's writes */
+        if constexpr (GLU) {
+            copy_rows(dst, bar, 0, 0, np);
+            copy_rows(dst, bar, 1, g.pi, np);
+        } else {
+            for (int it = 0; it < np;) {
+                const int run = min(np - it, (left + 1) / 2), nr = min(2 * run, left);
+                copy_rows(dst, bar, 0, 2 * it, nr);
+                left -= nr;
+                it += run;
+                if (!left && ++seg < a->nseg) { /* the next segment's first rows */
+                    cq[0] = a->seg[seg].w.q;
+                    cs[0] = a->seg[seg].w.s;
+                    left = a->seg[seg].w.rows;
+                }
+            }
         }
+        mb_arrive(bar); /* the producer's one arrival: the phase ends when the bytes have landed */
     }
 
-    /* The first D pages: weights only, so a caller may issue them before the input exists. */
+    /* The first pages read only weights: issued before the caller waits for its input. */
     __device__ __forceinline__ void prefetch() {
-        for (int k = 0; k < D; k++) issue();
+        if (producer() && (threadIdx.x & 31) == 0)
+            for (int k = 0; k < min(g.ns, npages); k++) issue(k);
     }
 
-    /* As mvs_warp::run: stages the input with the whole block, then computes the warp's pages. */
+    /* Every thread of the block: stages the input, then issues (producer) or computes. */
     __device__ __forceinline__ void run(float *xs, double *red) {
-        const int lane = threadIdx.x & 31;
         mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, false>(*a, a->x, xs, red);
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (producer()) {
+            if (lane == 0)
+                for (int k = g.ns; k < npages; k++) issue(k);
+            return;
+        }
+        const int grp = warp / g.pi, wi = warp % g.pi;
+        if (grp >= g.groups) return;
         const mv_xin x(xs, a->n);
         const int pos = a->io ? a->io->pos : 0;
-        int p = p0, pg = 0;
-        mv_task t;
-        if (total) t = mv_resolve(*a, p0, GLU);
-        float acc[2] = {0.0f, 0.0f};
-        for (int k = 0; k < total; k++) {
-            const int sl = k % D, u0 = pg * up, pu = min(up, nu - u0);
-            while (!mb_try(bar0 + 8 * sl, (uint32_t)(k / D) & 1)) {
+        for (int k = grp; k < npages; k += g.groups) {
+            const int sl = k % g.ns, p = i0 + k * g.pi + wi;
+            while (!mb_try(full0 + 8 * sl, (uint32_t)(k / g.ns) & 1)) {
             }
-            const uint8_t *st = ring + (size_t)sl * slot;
-            for (int cl = lane; cl - lane < pu; cl += 32) { /* the lanes' units: mv_kernel's order */
-                if (cl < pu) {
+            float acc[2] = {0.0f, 0.0f};
+            mv_task t{};
+            if (p < i1) {
+                t = mv_resolve(*a, p, GLU);
+                const uint8_t *st = ring + (size_t)sl * slot;
+                const int r0 = GLU ? wi : 2 * wi, r1 = GLU ? g.pi + wi : t.rb >= 0 ? 2 * wi + 1 : r0;
+                for (int c = lane; c < nu; c += 32) { /* mv_kernel's per-lane order */
                     raw_chunk<T> r[2];
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
-                        const uint8_t *ru = st + (size_t)(i * pu + cl) * QU;
+                        const int ro = i ? r1 : r0;
+                        const uint8_t *ru = st + (size_t)ro * qb + (size_t)c * QU;
 #pragma unroll
                         for (int q = 0; q < mv_tr<T>::NV; q++) r[i].v[q] = *(const uint4 *)(ru + 16 * q);
-                        const uint8_t *su = st + (size_t)2 * pu * QU + (size_t)(i * pu + cl) * SB;
+                        const uint8_t *su = st + (size_t)2 * g.pi * qb + (size_t)ro * sb + (size_t)c * SB;
                         if constexpr (SB == 4) r[i].d = *(const uint32_t *)su;
                         else r[i].d = *(const uint16_t *)su;
                     }
-                    mvs_dot<T, Q8>(r, x, u0 + cl, acc);
+                    mvs_dot<T, Q8>(r, x, c, acc);
                 }
             }
-            __syncwarp(); /* every lane has read the slot: refill it */
-            issue();
-            if (++pg == npg) {
-                mv_finish<GLU, false>(*a, t, p, acc, pos, 0);
-                acc[0] = acc[1] = 0.0f;
-                pg = 0;
-                p += G;
-                if (p < items) t = mv_resolve(*a, p, GLU);
-            }
+            __syncwarp(); /* every lane has read the slot */
+            if (lane == 0) mb_arrive(empty0 + 8 * sl);
+            if (p < i1) mv_finish<GLU, false>(*a, t, p, acc, pos, 0);
         }
     }
 };

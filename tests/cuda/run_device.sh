@@ -249,7 +249,7 @@ if has t; then # tile knobs: warps per matvec block x blocks per SM
         done; done
     done
 fi
-if has mb; then # the bulk-copy ring (RL_CUDA_MVB, v2.15): decode bits against the cp.async ring, then tg128 A/B
+if has mb; then # the bulk pages (RL_CUDA_MVB, v2.16): decode bits against the cp.async ring, then tg128 A/B
     IDS_MB=$(python3 -c "import random; random.seed(7); print(' '.join(str(random.randrange(3, 32000)) for _ in range(40)))")
     IFS=';' read -r -a MB_MODELS <<<"${MB_MODELS:-tinyllama-1.1b Q4_0;llama2-7b Q4_0;llama2-7b Q8_0;llama2-7b RQ4}"
     for spec in "${MB_MODELS[@]}"; do
@@ -257,15 +257,15 @@ if has mb; then # the bulk-copy ring (RL_CUDA_MVB, v2.15): decode bits against t
         f="$M/$shape-$type.gguf"
         [ -f "$f" ] || "$R" mkmodel --shape "$shape" --type "$type" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1 || { row "| $spec | mkmodel | failed | FAIL |"; continue; }
         ok=1 notes=""
-        for v in "0 128 1" "1 128 1" "1 32 1" "1 128 16"; do
-            read -r mvb up bs <<<"$v"
-            RL_CUDA_MVB=$mvb RL_CUDA_MVB_UP=$up "$R" logits --device cuda --prefill exact -b "$bs" -m "$f" --ids "$IDS_MB" \
-                -o "/tmp/mb-$mvb-$up-$bs.bin" >>"$LOG" 2>&1 || { ok=0; notes+=" MVB=$mvb/UP=$up/-b $bs failed;"; }
+        for v in "0 8 1" "1 8 1" "1 1 1" "1 8 16"; do
+            read -r mvb pg bs <<<"$v"
+            RL_CUDA_MVB=$mvb RL_CUDA_MVB_PAGE=$pg "$R" logits --device cuda --prefill exact -b "$bs" -m "$f" --ids "$IDS_MB" \
+                -o "/tmp/mb-$mvb-$pg-$bs.bin" >>"$LOG" 2>&1 || { ok=0; notes+=" MVB=$mvb/PAGE=$pg/-b $bs failed;"; }
         done
-        for v in 1-128-1 1-32-1 1-128-16; do cmp -s /tmp/mb-0-128-1.bin "/tmp/mb-$v.bin" || { ok=0; notes+=" $v differs;"; }; done
-        row "| $spec | decode logits, 40 ids: bulk (pages 128, 32; -b 16) vs cp.async ring |${notes:- same bytes} | $([ $ok = 1 ] && echo PASS || echo FAIL) |"
+        for v in 1-8-1 1-1-1 1-8-16; do cmp -s /tmp/mb-0-8-1.bin "/tmp/mb-$v.bin" || { ok=0; notes+=" $v differs;"; }; done
+        row "| $spec | decode logits, 40 ids: bulk (pages 8 KB, 1 KB; -b 16) vs cp.async ring |${notes:- same bytes} | $([ $ok = 1 ] && echo PASS || echo FAIL) |"
         for rep in 1 2; do
-            for kv in "RL_CUDA_MVB=0" "RL_CUDA_MVB=1" "RL_CUDA_MVB=1 RL_CUDA_MVB_UP=64" "RL_CUDA_MVB=1 RL_CUDA_MVB_UP=32 RL_CUDA_MVB_SLOTS=8"; do
+            for kv in "RL_CUDA_MVB=0" "RL_CUDA_MVB=1" "RL_CUDA_MVB=1 RL_CUDA_MVB_PAGE=4" "RL_CUDA_MVB=1 RL_CUDA_MVB_PAGE=16"; do
                 env $kv "$R" bench --device cuda -m "$f" -p 0 -n 128 -r 5 --json 2>>"$LOG" |
                     python3 -c "import sys,json; j=json.loads(sys.stdin.read().strip().splitlines()[-1]); print(f'| $spec | tg128 x5 $kv | {j[\"tg_tps\"]:.1f} tok/s (sd {j[\"tg_sd\"]:.1f}), {100*j[\"ceiling_share\"]:.1f}% of ceiling | {j[\"backend\"]} |')" >>"$SUMMARY" 2>>"$LOG"
             done

@@ -3,7 +3,7 @@
  * reference dequantiser), over several shapes; RQ2 under both of its code decoders
  * (RL_CUDA_RQ2_LUT=0 and 1), the streamed types (F16, BF16, Q8_0, FP8, Q4_0) under both matvec
  * kernels (RL_CUDA_MVS=1 and 0), and the types with a scale plane also with the streamed
- * kernel's bulk copies (RL_CUDA_MVB=1, whole-row pages and 32-unit ones): all of which must
+ * kernel's bulk pages (RL_CUDA_MVB=1, pages of about 8 KB and of about 1 KB): all of which must
  * agree bit for bit; the argmax's first-max tie
  * rule; the fast prefill's attention kernels. Without a device it says so and exits 77 (skipped). */
 #include <math.h>
@@ -113,7 +113,7 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
      * checked against the reference: RQ2's two code decoders (the integer dot, and the fp32
      * path's order, do not depend on the decoder), and for the plane types the streamed matvec
      * and the register-loaded one (the same per-lane unit order and dot functions), and for
-     * those with a scale plane the streamed one's bulk copies, in whole-row and 32-unit pages.
+     * those with a scale plane the streamed one's bulk pages, of about 8 KB and about 1 KB.
      * Variant 0 is the streamed kernel (RQ2: with the shift decoder), 1 the register one. */
     const bool streams = type == RL_F16 || type == RL_BF16 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q4_0 ||
                          type == RL_RQ2 || type == RL_RQ4; /* RQ2: the shift decoder streams, the table one does not */
@@ -121,16 +121,16 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
     const char *knob = type == RL_RQ2 ? "RL_CUDA_RQ2_LUT" : "RL_CUDA_MVS";
     const struct {
         const char *on, *mvb, *up, *name;
-    } var[4] = {{type == RL_RQ2 ? "0" : "1", "0", "128", type == RL_RQ2 ? " shift" : " streamed"},
-                {type == RL_RQ2 ? "1" : "0", "0", "128", type == RL_RQ2 ? " lut" : " registers"},
-                {type == RL_RQ2 ? "0" : "1", "1", "128", " bulk"},
-                {type == RL_RQ2 ? "0" : "1", "1", "32", " bulk 32-unit pages"}};
+    } var[4] = {{type == RL_RQ2 ? "0" : "1", "0", "8", type == RL_RQ2 ? " shift" : " streamed"},
+                {type == RL_RQ2 ? "1" : "0", "0", "8", type == RL_RQ2 ? " lut" : " registers"},
+                {type == RL_RQ2 ? "0" : "1", "1", "8", " bulk"},
+                {type == RL_RQ2 ? "0" : "1", "1", "1", " bulk 1 KB pages"}};
     float *y0 = malloc(rows * sizeof(float));
     for (int k = 0; k < (bulk ? 4 : streams ? 2 : 1); k++) {
         if (streams) {
             setenv(knob, var[k].on, 1);
             setenv("RL_CUDA_MVB", var[k].mvb, 1);
-            setenv("RL_CUDA_MVB_UP", var[k].up, 1);
+            setenv("RL_CUDA_MVB_PAGE", var[k].up, 1);
         }
         int kernel = -1;
         check_gpu(type, w, rows, cols, x, with_norm ? nw : NULL, mode, fast, ref, init, y, streams ? var[k].name : "", &kernel);
@@ -144,7 +144,7 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
     }
     unsetenv(knob);
     unsetenv("RL_CUDA_MVB");
-    unsetenv("RL_CUDA_MVB_UP");
+    unsetenv("RL_CUDA_MVB_PAGE");
     free(y0);
     free(w); free(row); free(x); free(nw); free(xn); free(y); free(ref); free(init);
 }
