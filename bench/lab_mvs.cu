@@ -12,7 +12,7 @@
  *     activations, RMS norm prologue) over rows at n = 4096 and at n = 11008: time against
  *     bytes gives the fixed cost per launch (intercept) and the streaming rate (slope);
  *     the same without the norm, and without PDL; and with the bulk pages (RL_CUDA_MVB) at
- *     three page sizes;
+ *     three page sizes, without the norm, and in at most 8 slots;
  *  2. read-only kernels with the streamed matvec's access pattern (each warp two rows, 512
  *     contiguous bytes per row per step) and with a sequential pattern over the same bytes,
  *     to separate what DRAM gives each pattern from what the matvec's instructions cost;
@@ -167,15 +167,25 @@ int main(int argc, char **argv) {
                 if (n == 11008 && rows > 8192) continue;
                 std::vector<mat> ms = carve(P, T, rows, n);
                 if (ms.size() < 4) continue;
-                /* variants: 0 as decoding runs it, 1 without the norm, 2 without PDL; 3, 4 and
-                 * 5 the bulk pages (RL_CUDA_MVB, mvs.cuh mvb_block) of about 8, 2 and 16 KB */
-                static const int page_kb[6] = {8, 8, 8, 8, 2, 16};
-                for (int variant = 0; variant < 6; variant++) {
-                    const bool norm = variant != 1;
+                /* variants: 0 as decoding runs it, 1 without the norm, 2 without PDL; from 3
+                 * the bulk pages (RL_CUDA_MVB, mvs.cuh mvb_block): pages of about 8, 2 and 16
+                 * KB; 8 and 16 KB without the norm; 8 KB in at most 8 slots (lab_bulk's
+                 * fastest ring: pages of 4 rows, 8 slots, no norm) */
+                static const struct {
+                    int page, slots;
+                    bool norm;
+                    const char *name;
+                } bv[9] = {{8, 64, true, "cp.async"},   {8, 64, false, "cp.async"},   {8, 64, true, "cp.async"},
+                           {8, 64, true, "bulk 8 KB"},  {2, 64, true, "bulk 2 KB"},   {16, 64, true, "bulk 16 KB"},
+                           {8, 64, false, "bulk 8 KB"}, {16, 64, false, "bulk 16 KB"}, {8, 8, true, "bulk 8 KB, <= 8 slots"}};
+                for (int variant = 0; variant < 9; variant++) {
+                    const bool norm = bv[variant].norm;
                     kn.pdl = variant == 2 ? 0 : 2;
                     kn.mvb = variant >= 3;
-                    kn.mvb_page = page_kb[variant];
+                    kn.mvb_page = bv[variant].page;
+                    kn.mvb_slots = bv[variant].slots;
                     if (variant && variant < 3 && rows != 4096 && rows != 12288 && rows != 32768) continue;
+                    if (variant >= 6 && rows != 4096 && rows != 12288 && rows != 65536) continue;
                     double us = time_graph(st, K, reps, [&](int i) {
                         rl_mv_args a;
                         memset(&a, 0, sizeof a);
@@ -199,8 +209,7 @@ int main(int argc, char **argv) {
                     });
                     printf("| %s | %d | %d | %.1f | %s | %s | %s | %.2f | %.0f |\n", T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows,
                            ms[0].bytes / 1e6, norm ? "yes" : "no", kn.pdl ? "yes" : "no",
-                           variant == 3 ? "bulk 8 KB" : variant == 4 ? "bulk 2 KB" : variant == 5 ? "bulk 16 KB" : "cp.async", us,
-                           ms[0].bytes / us / 1e3);
+                           bv[variant].name, us, ms[0].bytes / us / 1e3);
                 }
             }
         }

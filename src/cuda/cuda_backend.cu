@@ -172,6 +172,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e) || /* streamed matvec (mvs.cu); unset: mvs_for */
         knob("RL_CUDA_MVB", 0, 0, 1, &k->mvb, e) || /* bulk copies into the streamed matvec (mvs.cuh) */
         knob("RL_CUDA_MVB_PAGE", 8, 1, 64, &k->mvb_page, e) ||
+        knob("RL_CUDA_MVB_SLOTS", 64, 2, 64, &k->mvb_slots, e) ||
         knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
         knob("RL_CUDA_PF_ROPE_TAB", 1, 0, 1, &k->pf_rope_tab, e) || /* its RoPE angles (attention.cu) */

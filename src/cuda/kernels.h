@@ -156,6 +156,7 @@ struct rl_cuda_knobs {
                             producer warp with cp.async.bulk, mvs.cuh mvb_block, on sm_90 for
                             Q4_0/Q8_0/FP8/RQ2/RQ4); the same bits */
     int mvb_page;        /* its page size aimed for, in KB (RL_CUDA_MVB_PAGE; whole items) */
+    int mvb_slots;       /* its most slots per block (RL_CUDA_MVB_SLOTS; fewer where they do not fit) */
     int mvx;             /* exact chunks of Q4_0 / Q8_0 with 8-bit activations on int8 tensor
                             cores (mvx.cu; RL_CUDA_MVX: 1 default, 0 the dp4a chunk kernel);
                             the same bits either way */

@@ -134,10 +134,11 @@ static int mvs_plan(const rl_mv_args *a, const rl_cuda_knobs *k, mvs_fn *f, size
 /* The bulk launch of a (0: not bulk): mvs_plan's warps (so the same staging and bits), the last
  * one the producer. Pages of whole items, about the knob's kilobytes (RL_CUDA_MVB_PAGE); groups
  * of as many warps as a page has items; as many slots as the block's share of an SM's shared
- * memory holds (a block of nw warps takes nw / 16 of it, as mvs's 16-warp block takes all),
- * a multiple of the groups. Bulk copies need sm_90 and 16-byte aligned runs whose sizes are
- * multiples of 16, and a run of rows is one copy only where rows follow one another without
- * padding: planes 16-byte aligned, row strides equal to a row's bytes. */
+ * memory holds (a block of nw warps takes nw / 16 of it, as mvs's 16-warp block takes all)
+ * and the knob allows (RL_CUDA_MVB_SLOTS), a multiple of the groups. Bulk copies need sm_90
+ * and 16-byte aligned runs whose sizes are multiples of 16, and a run of rows is one copy only
+ * where rows follow one another without padding: planes 16-byte aligned, row strides equal to
+ * a row's bytes. */
 static int mvb_plan(const rl_mv_args *a, const rl_cuda_knobs *k, int nw, mvb_fn *f, size_t *smem, mvb_geom *g) {
     const int type = (int)a->seg[0].w.type;
     if (!k->mvb || nw < 2 || !mvs_scaled(type) || !rl_mv_planes_aligned(a, 16, true)) return 0;
@@ -155,7 +156,7 @@ static int mvb_plan(const rl_mv_args *a, const rl_cuda_knobs *k, int nw, mvb_fn 
     pi = pi < 1 ? 1 : pi > consumers ? consumers : pi;
     int groups = consumers / pi;
     int ns = (int)((budget - fixed) / ((size_t)pi * item + 16));
-    if (ns > 64) ns = 64;
+    if (ns > k->mvb_slots) ns = k->mvb_slots;
     if (ns >= groups) ns -= ns % groups;
     else groups = ns;
     if (ns < 2) return 0;

@@ -120,7 +120,7 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
     const bool bulk = streams && type != RL_F16 && type != RL_BF16 && cols % 256 == 0;
     const char *knob = type == RL_RQ2 ? "RL_CUDA_RQ2_LUT" : "RL_CUDA_MVS";
     const struct {
-        const char *on, *mvb, *up, *name;
+        const char *on, *mvb, *page, *name;
     } var[4] = {{type == RL_RQ2 ? "0" : "1", "0", "8", type == RL_RQ2 ? " shift" : " streamed"},
                 {type == RL_RQ2 ? "1" : "0", "0", "8", type == RL_RQ2 ? " lut" : " registers"},
                 {type == RL_RQ2 ? "0" : "1", "1", "8", " bulk"},
@@ -130,7 +130,7 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
         if (streams) {
             setenv(knob, var[k].on, 1);
             setenv("RL_CUDA_MVB", var[k].mvb, 1);
-            setenv("RL_CUDA_MVB_PAGE", var[k].up, 1);
+            setenv("RL_CUDA_MVB_PAGE", var[k].page, 1);
         }
         int kernel = -1;
         check_gpu(type, w, rows, cols, x, with_norm ? nw : NULL, mode, fast, ref, init, y, streams ? var[k].name : "", &kernel);
