@@ -138,6 +138,16 @@ template <int T> struct raw_chunk {
     uint32_t d; /* scale bits: fp16 (Q4_0, Q8_0), bf16 (FP8); RQ2, RQ4: the (d, m) fp16 pair, d low */
 };
 
+/* Both rows' (d, m) pairs of an RQ2 / RQ4 item, as floats (the fp32 dots' prologue). */
+template <int T> __device__ __forceinline__ void rq_dm2(const raw_chunk<T> *r, float *d, float *m) {
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const float2 dm = rq_dm(r[i].d);
+        d[i] = dm.x;
+        m[i] = dm.y;
+    }
+}
+
 template <int T>
 __device__ __forceinline__ void ld_chunk(raw_chunk<T> &r, const uint8_t *w, const uint8_t *s, int c) {
     constexpr int NV = mv_tr<T>::NV;
@@ -425,12 +435,7 @@ template <bool LUT>
 __device__ __forceinline__ void rq2_f32(const raw_chunk<RL_RQ2> *r, const float *xs, int b,
                                         const uint32_t *lut, float *acc) {
     float d[2], m[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const float2 dm = rq_dm(r[i].d);
-        d[i] = dm.x;
-        m[i] = dm.y;
-    }
+    rq_dm2(r, d, m);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const float *xc = xs + (2 * b + h) * 36;
@@ -498,12 +503,7 @@ __device__ __forceinline__ void rq4_q8(const raw_chunk<RL_RQ4> *r, const int8_t 
  * rounded add; the code becomes a float through the 2^23 byte permute (mag). */
 __device__ __forceinline__ void rq4_f32(const raw_chunk<RL_RQ4> *r, const float *xs, int b, float *acc) {
     float d[2], m[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const float2 dm = rq_dm(r[i].d);
-        d[i] = dm.x;
-        m[i] = dm.y;
-    }
+    rq_dm2(r, d, m);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const float *xc = xs + (2 * b + h) * 36;

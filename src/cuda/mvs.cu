@@ -148,7 +148,7 @@ static int mvb_plan(const rl_mv_args *a, const rl_cuda_knobs *k, int nw, mvb_fn 
         if (a->seg[i].w.q_row != qb || a->seg[i].w.s_row != sb) return 0;
     const bool q8 = a->fast && rl_mv_q8((uint32_t)type);
     *f = mvb_kernel_for((uint32_t)type, a->mode == RL_MV_GLU, q8);
-    const size_t lim = mvs_smem_limit(*f), budget = lim * (size_t)(nw < 16 ? nw : 16) / 16;
+    const size_t lim = mvs_smem_limit(*f), budget = lim * (size_t)nw / 16; /* nw <= 16 (the knob's range) */
     const size_t fixed = mvs_x_bytes(a->n, q8);
     if (!*f || budget <= fixed) return 0;
     const int consumers = nw - 1;
