@@ -11,8 +11,13 @@
  *  1. the production kernel (rl_mvs_launch, Q4_0 and Q8_0 in the plane layout, 8-bit
  *     activations, RMS norm prologue) over rows at n = 4096 and at n = 11008: time against
  *     bytes gives the fixed cost per launch (intercept) and the streaming rate (slope);
- *     the same without the norm, and without PDL; and with the bulk pages (RL_CUDA_MVB) at
- *     three page sizes, without the norm, and in at most 8 slots;
+ *     the same without the norm, and without PDL; with the bulk pages (RL_CUDA_MVB) at two
+ *     page sizes, without the norm, and in at most 8 slots; with 8-warp blocks; and with one
+ *     block per SM where two would fit. Then the cp.async ring's depth (stages per warp) with
+ *     the grid at one block per SM, the blocks per SM the resources allow printed beside it;
+ *  1b. a timeline of one launch in the chain (trace_kernel: per warp, when it started, when its
+ *     PDL wait returned, when its input was staged, when its first stage landed, when it
+ *     ended): what the fixed cost per launch is made of;
  *  2. read-only kernels with the streamed matvec's access pattern (each warp two rows, 512
  *     contiguous bytes per row per step) and with a sequential pattern over the same bytes,
  *     to separate what DRAM gives each pattern from what the matvec's instructions cost;
@@ -28,6 +33,7 @@
 
 #include "kernels.h"
 #include "lab.cuh"
+#include "mvs.cuh"
 #include "types.h"
 
 static int n_sm;
@@ -72,6 +78,22 @@ __global__ void empty_kernel(int *p) {
 
 
 /* ---- the production matvec -------------------------------------------------------------------- */
+
+/* mvs_kernel (non-GLU, 8-bit activations) with a ring of DS stages per warp: the lab's depth
+ * experiment (production takes mvs_tr<T>::D). */
+template <int T, int DS>
+__global__ void __launch_bounds__(512) depth_kernel(const __grid_constant__ rl_mv_args a) {
+    extern __shared__ __align__(16) float xs[];
+    __shared__ double red[32];
+    rl_pdl_trigger();
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    mvs_warp<T, false, true, false, DS> w;
+    w.init(&a, (uint8_t *)xs + mvs_x_bytes(a.n, true) + (size_t)warp * DS * mvs_tr<T>::STAGE, blockIdx.x * nw + warp,
+           gridDim.x * nw);
+    w.prefetch();
+    rl_pdl_wait();
+    w.run(xs, red);
+}
 
 struct pool {
     uint8_t *buf;
@@ -126,6 +148,133 @@ static std::vector<mat> carve(pool &P, uint32_t T, int rows, int n) {
     return v;
 }
 
+/* depth_kernel with a timeline: for launch `on` of a graph, lane 0 of every warp writes 8
+ * values at tr + 8 * warp: %globaltimer (ns) at its start, clock64() at its start, after the
+ * PDL wait, once the input is staged, once its first stage has landed, at its end, and
+ * %globaltimer at its end (the cycle counters are per SM; the two timers place them). */
+template <int T, int DS>
+__global__ void __launch_bounds__(512) trace_kernel(const __grid_constant__ rl_mv_args a, long long *tr, int on) {
+    extern __shared__ __align__(16) float xs[];
+    __shared__ double red[32];
+    unsigned long long g0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
+    const long long c0 = clock64();
+    rl_pdl_trigger();
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+    long long *t = on ? tr + 8 * ((size_t)blockIdx.x * nw + warp) : nullptr;
+    mvs_warp<T, false, true, false, DS> w;
+    w.init(&a, (uint8_t *)xs + mvs_x_bytes(a.n, true) + (size_t)warp * DS * mvs_tr<T>::STAGE, blockIdx.x * nw + warp,
+           gridDim.x * nw);
+    w.prefetch();
+    rl_pdl_wait();
+    const long long c1 = clock64();
+    w.template run<true>(xs, red, t ? t + 3 : nullptr);
+    if (t && lane == 0) {
+        unsigned long long g1;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
+        t[0] = (long long)g0;
+        t[1] = c0;
+        t[2] = c1;
+        t[6] = (long long)g1;
+    }
+}
+
+/* One row of the timeline: launch 40 of the 64 in the graph traced; per warp, the times from
+ * the launch's earliest warp start (µs): percentiles over the warps. */
+template <int T, int DS>
+static void trace_row(const std::vector<mat> &ms, int n, int rows, const float *nw, float *x, float *y, int reps, bool norm) {
+    const int W = 16, K = 64, ON = 40;
+    /* shared memory padded as the production launch pads it (one 16-warp block per SM) */
+    int optin = 0;
+    CKL(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    const size_t smem = rl_mvs_pad((const void *)trace_kernel<T, DS>, W,
+                                   mvs_x_bytes(n, true) + (size_t)W * DS * mvs_tr<T>::STAGE, (size_t)optin - 1024);
+    CKL(cudaFuncSetAttribute(trace_kernel<T, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int occ = 0;
+    CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, trace_kernel<T, DS>, W * 32, smem));
+    const int items = rows / 2, cap = occ * n_sm * W, ipw = (items + cap - 1) / cap;
+    const int blocks = (items + ipw * W - 1) / (ipw * W), nwarps = blocks * W;
+    long long *tr;
+    CKL(cudaMalloc(&tr, (size_t)nwarps * 8 * sizeof(long long)));
+    double us = time_graph(st, K, reps, [&](int i) {
+        rl_mv_args a;
+        memset(&a, 0, sizeof a);
+        const mat &m = ms[i % ms.size()];
+        a.seg[0].w = m.w;
+        a.seg[0].y = (i & 1) ? x : y;
+        a.x = (i & 1) ? y : x;
+        a.nseg = 1;
+        a.mode = RL_MV_STORE;
+        a.norm_w = norm ? nw : NULL;
+        a.eps = 1e-5f;
+        a.n = n;
+        a.fast = true;
+        a.ns = 1;
+        a.ys = rows;
+        CKL((cudaError_t)rl_launch(trace_kernel<T, DS>, dim3(blocks), dim3(W * 32), smem, st, true, a, tr, (int)(i == ON)));
+    });
+    std::vector<long long> h((size_t)nwarps * 8);
+    CKL(cudaMemcpy(h.data(), tr, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
+    CKL(cudaFree(tr));
+    /* ns per cycle over all warps, then every event placed at start + cycles * ratio */
+    double gs = 0, cs = 0;
+    long long t0 = h[0];
+    for (int w = 0; w < nwarps; w++) {
+        gs += (double)(h[8 * w + 6] - h[8 * w]);
+        cs += (double)(h[8 * w + 5] - h[8 * w + 1]);
+        t0 = std::min(t0, h[8 * w]);
+    }
+    const double r = gs / cs;
+    static const char *ev[5] = {"start", "waited", "staged", "first stage", "end"};
+    printf("| %s | %d | %d | %.1f | %s | %d stages, %.2f us/launch, %.3f ns/cycle |", T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows,
+           ms[0].bytes / 1e6, norm ? "yes" : "no", DS, us, r);
+    for (int e = 0; e < 5; e++) {
+        std::vector<double> v(nwarps);
+        for (int w = 0; w < nwarps; w++)
+            v[w] = ((double)(h[8 * w] - t0) + (double)(h[8 * w + 1 + e] - h[8 * w + 1]) * r) / 1e3;
+        std::sort(v.begin(), v.end());
+        printf(" %s %.2f/%.2f/%.2f/%.2f |", ev[e], v[0], v[nwarps / 10], v[nwarps / 2], v[nwarps - 1]);
+    }
+    printf("\n");
+}
+
+/* One row of the depth experiment: 16 warps, the norm, PDL, grid of at most bpsm blocks per SM
+ * (mvs.cu's sizing), the blocks per SM the resources allow printed beside the time. */
+template <int T, int DS>
+static void depth_row(const std::vector<mat> &ms, int n, int rows, const float *nw, float *x, float *y, int reps, int bpsm) {
+    const int W = 16;
+    const size_t smem = mvs_x_bytes(n, true) + (size_t)W * DS * mvs_tr<T>::STAGE;
+    CKL(cudaFuncSetAttribute(depth_kernel<T, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int occ = 0;
+    CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, depth_kernel<T, DS>, W * 32, smem));
+    const int items = rows / 2, cap = std::min(occ, bpsm) * n_sm * W, ipw = (items + cap - 1) / cap;
+    const int blocks = (items + ipw * W - 1) / (ipw * W);
+    auto args = [&](int i) {
+        rl_mv_args a;
+        memset(&a, 0, sizeof a);
+        const mat &m = ms[i % ms.size()];
+        a.seg[0].w = m.w;
+        a.seg[0].y = (i & 1) ? x : y;
+        a.x = (i & 1) ? y : x;
+        a.nseg = 1;
+        a.mode = RL_MV_STORE;
+        a.norm_w = nw;
+        a.eps = 1e-5f;
+        a.n = n;
+        a.fast = true;
+        a.ns = 1;
+        a.ys = rows;
+        return a;
+    };
+    double us = time_graph(st, 64, reps, [&](int i) {
+        CKL((cudaError_t)rl_launch(depth_kernel<T, DS>, dim3(blocks), dim3(W * 32), smem, st, true, args(i)));
+    });
+    char name[96];
+    snprintf(name, sizeof name, "cp.async %d stages, %.0f KB/block, fits %d/SM, grid %d", DS, smem / 1024.0, occ, blocks);
+    printf("| %s | %d | %d | %.1f | yes | yes | %s | %.2f | %.0f |\n", T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows,
+           ms[0].bytes / 1e6, name, us, ms[0].bytes / us / 1e3);
+}
+
 int main(int argc, char **argv) {
     const int reps = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 20;
     cudaDeviceProp pr;
@@ -173,19 +322,30 @@ int main(int argc, char **argv) {
                  * fastest ring: pages of 4 rows, 8 slots, no norm) */
                 static const struct {
                     int page, slots;
-                    bool norm;
+                    bool norm, bulk;
+                    int warps, bpsm; /* warps per block, most blocks per SM in the grid */
                     const char *name;
-                } bv[9] = {{8, 64, true, "cp.async"},   {8, 64, false, "cp.async"},   {8, 64, true, "cp.async"},
-                           {8, 64, true, "bulk 8 KB"},  {2, 64, true, "bulk 2 KB"},   {16, 64, true, "bulk 16 KB"},
-                           {8, 64, false, "bulk 8 KB"}, {16, 64, false, "bulk 16 KB"}, {8, 8, true, "bulk 8 KB, <= 8 slots"}};
-                for (int variant = 0; variant < 9; variant++) {
+                } bv[] = {{8, 64, true, false, 16, 8, "cp.async"},
+                          {8, 64, false, false, 16, 8, "cp.async"},
+                          {8, 64, true, false, 16, 8, "cp.async"},
+                          {8, 64, true, true, 16, 8, "bulk 8 KB"},
+                          {16, 64, true, true, 16, 8, "bulk 16 KB"},
+                          {8, 64, false, true, 16, 8, "bulk 8 KB"},
+                          {8, 8, true, true, 16, 8, "bulk 8 KB, <= 8 slots"},
+                          {8, 8, true, true, 16, 1, "bulk 8 KB, <= 8 slots, grid 1/SM"},
+                          {8, 8, false, true, 16, 1, "bulk 8 KB, <= 8 slots, grid 1/SM"},
+                          {8, 64, true, false, 8, 8, "cp.async 8 warps"},
+                          {8, 64, true, false, 8, 1, "cp.async 8 warps, grid 1/SM"}};
+                for (int variant = 0; variant < (int)(sizeof bv / sizeof bv[0]); variant++) {
                     const bool norm = bv[variant].norm;
                     kn.pdl = variant == 2 ? 0 : 2;
-                    kn.mvb = variant >= 3;
+                    kn.mvb = bv[variant].bulk;
                     kn.mvb_page = bv[variant].page;
                     kn.mvb_slots = bv[variant].slots;
+                    kn.mv_warps = bv[variant].warps;
+                    kn.mv_blocks_per_sm = bv[variant].bpsm;
                     if (variant && variant < 3 && rows != 4096 && rows != 12288 && rows != 32768) continue;
-                    if (variant >= 6 && rows != 4096 && rows != 12288 && rows != 65536) continue;
+                    if (variant >= 3 && rows != 4096 && rows != 12288 && rows != 65536) continue;
                     double us = time_graph(st, K, reps, [&](int i) {
                         rl_mv_args a;
                         memset(&a, 0, sizeof a);
@@ -211,9 +371,42 @@ int main(int argc, char **argv) {
                            ms[0].bytes / 1e6, norm ? "yes" : "no", kn.pdl ? "yes" : "no",
                            bv[variant].name, us, ms[0].bytes / us / 1e3);
                 }
+                /* the ring's depth, with the grid at one block per SM: does a block small
+                 * enough for two per SM (the next launch's block resident beside this one's,
+                 * prefetching during its tail) beat the deeper ring? */
+                if (rows == 4096 || rows == 12288 || rows == 22016 || rows == 65536 || (n == 11008 && rows == 8192)) {
+                    if (T == RL_Q4_0) {
+                        depth_row<RL_Q4_0, 8>(ms, n, rows, nw, x, y, reps, 1);
+                        depth_row<RL_Q4_0, 6>(ms, n, rows, nw, x, y, reps, 1);
+                        depth_row<RL_Q4_0, 5>(ms, n, rows, nw, x, y, reps, 1);
+                        depth_row<RL_Q4_0, 4>(ms, n, rows, nw, x, y, reps, 2);
+                    } else {
+                        depth_row<RL_Q8_0, 4>(ms, n, rows, nw, x, y, reps, 1);
+                        depth_row<RL_Q8_0, 3>(ms, n, rows, nw, x, y, reps, 1);
+                    }
+                }
             }
         }
     kn.pdl = 2;
+    kn.mv_warps = 16;
+    kn.mv_blocks_per_sm = 8;
+
+    /* 1b. timelines of one launch in the chain: per warp, µs from the launch's first warp start,
+     * min / p10 / median / max over the warps */
+    printf("\n| type | n | rows | MB | norm | ring, time | start | PDL wait returned | input staged | first stage landed | end |\n"
+           "| --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | --- | --- |\n");
+    for (int rows : {4096, 12288, 65536}) {
+        std::vector<mat> ms = carve(P, RL_Q4_0, rows, 4096);
+        trace_row<RL_Q4_0, 5>(ms, 4096, rows, nw, x, y, reps, true);
+        if (rows == 12288) {
+            trace_row<RL_Q4_0, 5>(ms, 4096, rows, nw, x, y, reps, false);
+            trace_row<RL_Q4_0, 8>(ms, 4096, rows, nw, x, y, reps, true);
+        }
+    }
+    {
+        std::vector<mat> ms = carve(P, RL_Q4_0, 4096, 11008);
+        trace_row<RL_Q4_0, 5>(ms, 11008, 4096, nw, x, y, reps, true);
+    }
 
     /* 2. read-only patterns over bytes shaped like a Q4_0 quant plane: rows of 4 steps of 512
      * B (n = 4096), 8 and 22 steps (longer rows, n = 8192 and ~11008) */

@@ -21,7 +21,7 @@ __device__ __forceinline__ uint32_t word(const uint4 &v, int k) {
 
 /* The CPU's 32-value int8 rounding (rl_round_i8_32, src/quant.c), its operations exactly:
  * d = amax / 127 and the inverse 127 / amax (0 for an all-zero block), IEEE divisions; a value
- * becomes rint(v * id), half to even. The activations' rounding (matvec's quant_x8) and the q8
+ * becomes rint(v * id), half to even. The activations' rounding (matvec's mv_stage) and the q8
  * KV cache (attention's kv_put) both go through these. */
 __device__ __forceinline__ float i8_scale(float amax, float *id) {
     const float d = __fdiv_rn(amax, 127.0f);

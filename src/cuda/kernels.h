@@ -183,6 +183,10 @@ bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
  * columns with the decode kernel's block size, streamed or not: the norm's sum depends on it. */
 int rl_mvs_warps(const rl_mv_args *a, const rl_cuda_knobs *k);
 int rl_mvs_prepare(void);
+/* The dynamic shared memory a launch of kernel f in blocks of nw warps asks for when it needs
+ * `need` bytes: raised (up to lim) where that would let more than 16 warps' blocks share an SM
+ * (the streamed launches' residency, mvs.cu; the kernel lab uses it too). */
+size_t rl_mvs_pad(const void *f, int nw, size_t need, size_t lim);
 /* Whether the streamed launch of a would copy its weights in bulk (knob RL_CUDA_MVB). */
 bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The tensor-core exact chunk (mvx.cu): whether it applies to a (ns > 1, Q4_0 / Q8_0, 8-bit

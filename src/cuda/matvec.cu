@@ -270,7 +270,7 @@ int rl_mv_prepare(int max_n) {
     return err ? err : rl_mvx_prepare();
 }
 
-/* The staging kernel of a chunk launch: the 8-bit plane's layout is the matvec's (quant_x8 XL:
+/* The staging kernel of a chunk launch: the 8-bit plane's layout is the matvec's (mv_stage XL:
  * 0 plain, RQ2's 1 rotated for the table decoder, 2 rotated and transposed for shifts). */
 static mv_fn prep_kernel_for(uint32_t type, bool q8, bool lut) {
     if (!q8) return mv_prep_kernel<0, false>;

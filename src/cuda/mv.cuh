@@ -367,7 +367,7 @@ __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, i
  * can be measured against each other. Both turn a code word u (4 code bytes: weights 4i + k at
  * byte i, bits 2k) into 4 words of 4 byte-sized codes, a dp4a operand each:
  *  - shifts (LUT false): cw[k] = (u >> 2k) & 0x03030303, codes k of the 4 bytes, i.e. weights
- *    k, 4 + k, 8 + k, 12 + k: a transposed order, which the activations get too (quant_x8 XL 2;
+ *    k, 4 + k, 8 + k, 12 + k: a transposed order, which the activations get too (mv_stage XL 2;
  *    src/mm.c's rq2_act does the same on the CPU). Two integer ops per 4 codes (one for k = 0).
  *  - table (LUT true): cw[i] = lut[byte i of u], the 4 codes of byte i in weight order
  *    (rl_rq2_lut's contents). A byte extract, an address and a shared-memory load per 4 codes.
@@ -470,7 +470,7 @@ __device__ __forceinline__ void rq2_f32(const raw_chunk<RL_RQ2> *r, const float 
  * A lane owns whole 64-value blocks (mv_tr CW = 64) as with RQ2: per block and row two 16-byte
  * loads of codes (half h: Q4_0's nibble order, byte i = values i and 16 + i) and one 4-byte
  * load of (d, m), so a warp's loads of 32 consecutive blocks are 1024 and 128 contiguous bytes.
- * The 8-bit plane stays in the plain layout (quant_x8 XL 0): half h of block b is chunk 2b + h.
+ * The 8-bit plane stays in the plain layout (mv_stage XL 0): half h of block b is chunk 2b + h.
  *
  * Fast path, block b of both rows: per half, dot = the codes . int8 inputs (dp4a), then the
  * CPU reference's term (src/quant.c ref_fast_dot), every operation rounded as there:
@@ -558,37 +558,37 @@ __device__ __forceinline__ float i8_quarter(const float *e, uint32_t *w2, int *s
     return d;
 }
 
-/* Rounds the staged input (xs, padded fp32) to rl_q8a planes (i8_quarter: four adjacent lanes
- * per 32-value chunk, two of its eight int8 words each; one thread per chunk had left three
- * quarters of the block idle while every other warp waited at the barrier). XL: the int8
- * plane's layout: 0 plain; RQ2's: 1 pieces rotated (rq2_slot), 2 rotated and, within each
- * 16-value piece, transposed for the shift decoder (word k byte i = value 4i + k). */
+/* The 8-bit input's quarters (i8_quarter: four adjacent lanes per 32-value chunk, two of its
+ * eight int8 words each; a thread per quarter, quarter i = thread i, i + threads, ...). XL: the
+ * int8 plane's layout: 0 plain; RQ2's: 1 pieces rotated (rq2_slot), 2 rotated and, within each
+ * 16-value piece, transposed for the shift decoder (word k byte i = value 4i + k). q8_at: the
+ * input index of value j of quarter i in i8_quarter's order (XL 0, 1: 8i + j). */
+template <int XL> __device__ __forceinline__ int q8_at(int i, int j) {
+    const int c = i / 4, k = 2 * (i % 4) + j / 4, b = j % 4;
+    return 32 * c + (XL == 2 ? 16 * (k / 4) + 4 * b + k % 4 : 4 * k + b);
+}
+/* Quarter i's 8 values of p (zeros where off): two 16-byte loads where they are contiguous. */
+template <int XL, bool CG> __device__ __forceinline__ void q8_load(const float *p, int i, bool on, float *v) {
+    if (XL != 2 && on) {
+        const float4 *pv = (const float4 *)(p + 8 * i);
+        const float4 a = rl_ld_cg<CG>(pv), b = rl_ld_cg<CG>(pv + 1);
+        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) v[j] = on ? rl_ld_cg<CG>(p + q8_at<XL>(i, j)) : 0.0f;
+}
+/* Quarter i's int8 words, and with the first quarter of its chunk the chunk's d and sum. */
 template <int XL>
-__device__ void quant_x8(const float *xs, int n, int8_t *xq, float *xd, int *xsum) {
-    const int nq = n / 8, lane = threadIdx.x & 31; /* 4 quarter-chunks per chunk */
-    for (int base = threadIdx.x & ~31; base < nq; base += blockDim.x) {
-        const int i = base + lane, c = i / 4, k0 = 2 * (i % 4);
-        const bool on = i < nq; /* every lane of the warp shuffles */
-        const float *v = xs + (on ? c : 0) * 36;
-        float e[8];
-#pragma unroll
-        for (int w = 0; w < 2; w++)
-#pragma unroll
-            for (int b = 0; b < 4; b++) {
-                const int k = k0 + w;
-                e[4 * w + b] = v[XL == 2 ? 16 * (k / 4) + 4 * b + k % 4 : 4 * k + b];
-            }
-        uint32_t w2[2];
-        int sum;
-        const float d = i8_quarter(e, w2, &sum);
-        if (!on) continue;
-        /* words k0, k0 + 1 lie in the same 16-value half: one 8-byte store */
-        const int half = k0 / 4, o = XL ? rq2_slot(c / 2, 2 * (c % 2) + half) : c * 32 + 16 * half;
-        *(uint2 *)(xq + o + 4 * (k0 % 4)) = make_uint2(w2[0], w2[1]);
-        if (k0 == 0) {
-            xd[c] = d;
-            xsum[c] = sum;
-        }
+__device__ __forceinline__ void q8_store(int8_t *xq, float *xd, int *xsum, int i, const uint32_t *w2, float d, int sum) {
+    const int c = i / 4, k0 = 2 * (i % 4);
+    /* words k0, k0 + 1 lie in the same 16-value half: one 8-byte store */
+    const int half = k0 / 4, o = XL ? rq2_slot(c / 2, 2 * (c % 2) + half) : c * 32 + 16 * half;
+    *(uint2 *)(xq + o + 4 * (k0 % 4)) = make_uint2(w2[0], w2[1]);
+    if (k0 == 0) {
+        xd[c] = d;
+        xsum[c] = sum;
     }
 }
 
@@ -674,7 +674,8 @@ __host__ __device__ inline size_t mvx_frag_bytes(int n) { return (size_t)(n / 32
  * weight loads across the prologue (the register kernel's 16/32-bit types: at 8 its F16 kernel
  * spilled). */
 
-/* The RMS scale 1 / sqrt(mean(x^2) + eps): the sum of squares in double, as on the CPU. */
+/* The RMS scale 1 / sqrt(mean(x^2) + eps): the sum of squares in double, as on the CPU. red is
+ * read after the barrier without another: two calls in a row need a barrier between them. */
 template <int B, bool CG>
 __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float *x, double *red) {
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
@@ -690,24 +691,57 @@ __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float 
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if (lane == 0) red[warp] = ss;
     __syncthreads();
-    if (tid == 0) {
-        double t = 0;
-        for (int i = 0; i < nw; i++) t += red[i];
-        red[0] = t;
-    }
-    __syncthreads();
-    return 1.0f / sqrtf((float)(red[0] / (double)n) + a.eps);
+    /* every thread adds the warps' sums in warp order (the same bits everywhere): one barrier,
+     * where thread 0 adding them and a second barrier to hand red[0] on had been two */
+    double t = 0;
+    for (int i = 0; i < nw; i++) t += red[i];
+    return 1.0f / sqrtf((float)(t / (double)n) + a.eps);
 }
 
-/* Stages column x of the input at xs (padded fp32, then with Q8 the rl_q8a planes after it):
- * RMS-normalised as the CPU does (sum of squares in double, then w * (x * r)) or copied. xs is
- * shared memory in the decode kernels and global scratch in a chunk's staging kernel (one
- * block per column, the decode block size): the same operations give the same bytes. Ends
- * with a barrier, after which the whole block may read the staged input. */
-template <int XL, bool Q8, int B = 8, bool CG = false>
+/* Stages column x of the input at xs, RMS-normalised as the CPU does (sum of squares in
+ * double, then w * (x * r)) or copied: padded fp32, and with Q8 the rl_q8a planes after it (F32)
+ * or, without F32, only the planes, at xs (the streamed kernels, which never read the fp32
+ * copy: mvs_x_bytes). xs is shared memory in the decode kernels and global scratch in a chunk's
+ * staging kernel (one block per column, the decode block size): the same operations give the
+ * same bytes. Ends with a barrier, after which the whole block may read the staged input.
+ * Q8: each thread's quarters (q8_at) are loaded once, with the norm's first batch, normalised
+ * and rounded in registers (i8_quarter) and stored as int8: the fp32 copy's shared-memory round
+ * trip and its barrier are gone from the prologue, which the kernel lab's timeline put at 2.3
+ * (no norm) to 3.9 us of a 12.5 us launch (docs/PERF.md v2.17). Same values, same bits. */
+template <int XL, bool Q8, int B = 8, bool CG = false, bool F32 = true>
 __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, float *xs, double *red) {
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x;
     const float *w = a.norm_w;
+    if constexpr (Q8) {
+        const int nq = n / 8, lane = tid & 31;
+        int8_t *xq = F32 ? (int8_t *)((char *)xs + xs_f32_bytes(n)) : (int8_t *)xs;
+        float *xd = (float *)(xq + n);
+        int *xsum = (int *)(xd + n / 32);
+        float v[8], g[8];
+        q8_load<XL, CG>(x, tid, tid < nq, v); /* the first quarter, beside the norm's loads */
+        if (w) q8_load<XL, false>(w, tid, tid < nq, g);
+        const float r = w ? mv_norm_scale<B, CG>(a, x, red) : 1.0f;
+        for (int base = tid & ~31, first = 1; base < nq; base += nt, first = 0) { /* warp-uniform */
+            const int i = base + lane;
+            const bool on = i < nq; /* a whole chunk's four lanes alike (n is a multiple of 32) */
+            if (!first) {
+                q8_load<XL, CG>(x, i, on, v);
+                if (w) q8_load<XL, false>(w, i, on, g);
+            }
+            float e[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) e[j] = w ? __fmul_rn(g[j], __fmul_rn(v[j], r)) : v[j];
+            if (F32 && on)
+#pragma unroll
+                for (int j = 0; j < 8; j++) xs[XPAD(q8_at<XL>(i, j))] = e[j];
+            uint32_t w2[2];
+            int sum;
+            const float d = i8_quarter(e, w2, &sum); /* every lane of the warp */
+            if (on) q8_store<XL>(xq, xd, xsum, i, w2, d, sum);
+        }
+        __syncthreads(); /* also makes a block's global writes visible to the block */
+        return;
+    }
     const float r = w ? mv_norm_scale<B, CG>(a, x, red) : 1.0f;
     for (int i0 = tid; i0 < n; i0 += B * nt) {
         float v[B], g[B];
@@ -724,12 +758,6 @@ __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, fl
         }
     }
     __syncthreads(); /* also makes a block's global writes visible to the block */
-    if (Q8) {
-        int8_t *xq = (int8_t *)((char *)xs + xs_f32_bytes(n));
-        float *xd = (float *)(xq + n);
-        quant_x8<XL>(xs, n, xq, xd, (int *)(xd + n / 32));
-        __syncthreads();
-    }
 }
 
 /* The epilogue of output pair (va, vb) of work item p for column s, at position pos + s: SwiGLU

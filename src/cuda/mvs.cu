@@ -89,6 +89,26 @@ template <typename F> static size_t mvs_smem_limit(F f) {
     return (size_t)optin - fa.sharedSizeBytes;
 }
 
+/* (kernels.h) Why: two 16-warp blocks per SM read a layer's tensors slower than one (docs/PERF.md
+ * v2.17: Q4_0 28.3 MB 12.63 against 11.57 us), and a grid sized for one block per SM whose
+ * blocks fit two is not spread one per SM (the block scheduler packs them: 16.21 us). The 8-bit
+ * staging without its fp32 copy had made Q4_0's block fit twice: decoding lost 2% that way and
+ * 14% with the grid cut to one block per SM. */
+size_t rl_mvs_pad(const void *f, int nw, size_t need, size_t lim) {
+    int dev = 0, sm = 0, rsv = 0;
+    cudaFuncAttributes fa;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&rsv, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
+        cudaFuncGetAttributes(&fa, f) != cudaSuccess)
+        return need;
+    const int blocks = nw >= 16 ? 1 : 16 / nw;
+    /* blocks + 1 blocks of more than sm / (blocks + 1) bytes each (static, reserved and dynamic) do not fit */
+    const size_t over = (size_t)sm / (blocks + 1) + 1, fixed = fa.sharedSizeBytes + (size_t)rsv;
+    const size_t pad = over > fixed ? (over - fixed + 15) & ~(size_t)15 : 0;
+    return need < pad && pad <= lim ? pad : need;
+}
+
 int rl_mvs_prepare(void) {
 #define MVS_ID(t) t,
     const uint32_t types[] = {RL_MVS_TYPES(MVS_ID)};
@@ -127,7 +147,7 @@ static int mvs_plan(const rl_mv_args *a, const rl_cuda_knobs *k, mvs_fn *f, size
     const size_t lim = mvs_smem_limit(*f), xb = mvs_x_bytes(a->n, q8), rb = mvs_ring_bytes((int)type);
     int nw = k->mv_warps;
     while (nw > 1 && xb + nw * rb > lim) nw--;
-    *smem = xb + nw * rb;
+    *smem = rl_mvs_pad((const void *)*f, nw, xb + nw * rb, lim);
     return lim && *smem <= lim ? nw : 0;
 }
 

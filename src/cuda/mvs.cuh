@@ -44,7 +44,9 @@ __host__ __device__ constexpr bool mvs_scaled(int T) {
 }
 
 /* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
- * sized so that a ring is 8-12 KB. */
+ * a ring of 6-12 KB. Q4_0 had 8 stages until the kernel lab timed the depth (docs/PERF.md
+ * v2.17): at 5 a layer's tensors read ~1 us faster (QKV-sized 28.3 MB 11.57 against 12.59 us,
+ * down-sized 25.4 MB 13.84 against 14.90), a 151 MB one 2% slower; Q8_0 is best at 4. */
 template <int T> struct mvs_tr {
     static constexpr int NV = mv_tr<T>::NV; /* 16-byte pieces per unit (mv_tr CW values: 32, RQ2 64) */
     static constexpr bool S = mvs_scaled(T); /* has a scale plane */
@@ -52,7 +54,7 @@ template <int T> struct mvs_tr {
     static constexpr int QB = 32 * 16 * NV;                 /* one row's quants of a stage */
     static constexpr int ROW = QB + (S ? 32 * SB : 0);
     static constexpr int STAGE = 2 * ROW;
-    static constexpr int D = (T == RL_Q4_0 || T == RL_RQ2) ? 8 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ4) ? 4 : 3;
+    static constexpr int D = T == RL_Q4_0 ? 5 : T == RL_RQ2 ? 8 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ4) ? 4 : 3;
     static constexpr int RING = D * STAGE; /* bytes of one warp's ring */
 };
 
@@ -71,20 +73,24 @@ __host__ __device__ constexpr int mvs_unit_values(int T) {
 #undef MVS_CW
 }
 
-/* Shared memory before the rings: the staged input, rounded up to 16 bytes. */
-__host__ __device__ inline size_t mvs_x_bytes(int n, bool q8) { return (stage_bytes(n, q8) + 15) & ~(size_t)15; }
+/* Shared memory before the rings: the staged input (mv_stage without F32: with 8-bit
+ * activations only their planes, else the fp32 copy), rounded up to 16 bytes. */
+__host__ __device__ inline size_t mvs_x_bytes(int n, bool q8) {
+    return ((q8 ? stage_bytes(n, true) - xs_f32_bytes(n) : stage_bytes(n, false)) + 15) & ~(size_t)15;
+}
 
 /* Slot of 16-byte piece P of a row's stage: the XOR keeps it within its group of 8 pieces. */
 template <int NV> __device__ __forceinline__ int swz(int P) { return P ^ ((P >> 3) & (NV - 1)); }
 
-/* The staged input as the dot functions read it (mv_stage's layout at xs): fp32 (padded), and
- * with 8-bit activations the int8 plane, the chunk scales and the integer sums after it. */
+/* The staged input as the dot functions read it (mv_stage's layout at xs without F32): fp32
+ * (padded), or with 8-bit activations (q8) the int8 plane, the chunk scales and the integer
+ * sums. */
 struct mv_xin {
     const float *xs, *xd;
     const int8_t *xq;
     const int *xsum;
-    __device__ __forceinline__ mv_xin(const float *xs_, int n) : xs(xs_) {
-        xq = (const int8_t *)((const char *)xs_ + xs_f32_bytes(n));
+    __device__ __forceinline__ mv_xin(const float *xs_, int n, bool q8) : xs(xs_) {
+        xq = (const int8_t *)xs_ + (q8 ? 0 : xs_f32_bytes(n)); /* (unused without q8) */
         xd = (const float *)(xq + n);
         xsum = (const int *)(xd + n / 32);
     }
@@ -117,9 +123,9 @@ __device__ __forceinline__ void mvs_dot(const raw_chunk<T> *r, const mv_xin &x, 
  * (every thread of the block must call it) and computes, issuing the stages that remain. The
  * caller must not touch the warp's ring between the two. CG: activations are read from L2
  * (rl_ld_cg; the persistent kernel). */
-template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
+template <int T, bool GLU, bool Q8, bool CG = false, int DS = mvs_tr<T>::D> struct mvs_warp {
     using TR = mvs_tr<T>;
-    static constexpr int NV = TR::NV, D = TR::D;
+    static constexpr int NV = TR::NV, D = DS; /* DS: stages of the ring (the kernel lab varies it) */
     const rl_mv_args *a;
     uint8_t *ring;
     int nu, J, G, items, p0, total;
@@ -192,12 +198,17 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
         for (int k = 0; k < D - 1; k++) issue();
     }
 
-    /* xs: the block's staging area (mvs_x_bytes(n, Q8)), red: 32 doubles of shared scratch. */
-    __device__ __forceinline__ void run(float *xs, double *red) {
+    /* xs: the block's staging area (mvs_x_bytes(n, Q8)), red: 32 doubles of shared scratch.
+     * TRACE (the kernel lab's timeline, bench/lab_mvs.cu): where tr is not NULL, lane 0 writes
+     * clock64() once the input is staged, once the warp's first stage has landed and at its
+     * end to tr[0..2]. */
+    template <bool TRACE = false>
+    __device__ __forceinline__ void run(float *xs, double *red, long long *tr = nullptr) {
         const int n = a->n, lane = threadIdx.x & 31;
         /* RQ2's 8-bit plane in the shift decoder's layout (the table decoder is not streamed) */
-        mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, CG>(*a, a->x, xs, red);
-        const mv_xin x(xs, n);
+        mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, CG, false>(*a, a->x, xs, red);
+        if (TRACE && tr && lane == 0) tr[0] = clock64();
+        const mv_xin x(xs, n, Q8);
         const int pos = a->io ? a->io->pos : 0;
         int p = p0, j = 0;
         mv_task t;
@@ -207,6 +218,7 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
             issue();
             cp_wait<D - 1>(); /* this lane's copies of stage k have landed */
             __syncwarp();     /* and every lane's */
+            if (TRACE && tr && k == 0 && lane == 0) tr[1] = clock64();
             const uint8_t *st = ring + (k % D) * TR::STAGE;
             const int c = 32 * j + lane; /* mv_kernel's per-lane order */
             if (c < nu) {
@@ -231,6 +243,7 @@ template <int T, bool GLU, bool Q8, bool CG = false> struct mvs_warp {
             }
         }
         cp_wait<0>();
+        if (TRACE && tr && lane == 0) tr[2] = clock64();
     }
 };
 
@@ -380,7 +393,7 @@ template <int T, bool GLU, bool Q8> struct mvb_block {
 
     /* Every thread of the block: stages the input, then issues (producer) or computes. */
     __device__ __forceinline__ void run(float *xs, double *red) {
-        mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, false>(*a, a->x, xs, red);
+        mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, false, false>(*a, a->x, xs, red);
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
         if (producer()) {
             if (lane == 0)
@@ -389,7 +402,7 @@ template <int T, bool GLU, bool Q8> struct mvb_block {
         }
         const int grp = warp / g.pi, wi = warp % g.pi;
         if (grp >= g.groups) return;
-        const mv_xin x(xs, a->n);
+        const mv_xin x(xs, a->n, Q8);
         const int pos = a->io ? a->io->pos : 0;
         for (int k = grp; k < npages; k += g.groups) {
             const int sl = k % g.ns, p = i0 + k * g.pi + wi;

@@ -85,7 +85,7 @@ __device__ __forceinline__ const rl_dmat &mvx_row(const rl_mv_args &a, int si, i
 }
 
 /* The chunk's staging for the tensor-core kernel: column blockIdx.x of the input, RMS-normalised
- * and rounded to int8 exactly as the one-token kernel's prologue does it (mv_stage, quant_x8),
+ * and rounded to int8 exactly as the one-token kernel's prologue does it (mv_stage, i8_quarter),
  * written straight into the fragment plane. The norm's sum of squares is mv_norm_scale's over
  * the whole column in blocks of the one-token kernel's size, so r has its bits; after that
  * every 32-value chunk is on its own, so the chunks are split over gridDim.y blocks per column,
