@@ -79,22 +79,6 @@ __global__ void empty_kernel(int *p) {
 
 /* ---- the production matvec -------------------------------------------------------------------- */
 
-/* mvs_kernel (non-GLU, 8-bit activations) with a ring of DS stages per warp: the lab's depth
- * experiment (production takes mvs_tr<T>::D). */
-template <int T, int DS>
-__global__ void __launch_bounds__(512) depth_kernel(const __grid_constant__ rl_mv_args a) {
-    extern __shared__ __align__(16) float xs[];
-    __shared__ double red[32];
-    rl_pdl_trigger();
-    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    mvs_warp<T, false, true, false, DS> w;
-    w.init(&a, (uint8_t *)xs + mvs_x_bytes(a.n, true) + (size_t)warp * DS * mvs_tr<T>::STAGE, blockIdx.x * nw + warp,
-           gridDim.x * nw);
-    w.prefetch();
-    rl_pdl_wait();
-    w.run(xs, red);
-}
-
 struct pool {
     uint8_t *buf;
     size_t bytes;
@@ -148,7 +132,27 @@ static std::vector<mat> carve(pool &P, uint32_t T, int rows, int n) {
     return v;
 }
 
-/* depth_kernel with a timeline: for launch `on` of a graph, lane 0 of every warp writes 8
+/* Launch i of a chain over the matrices ms (STORE, 8-bit activations, one token): it reads
+ * what launch i - 1 wrote (x and y ping-pong: a dependency, as in decoding). */
+static rl_mv_args chain_args(const std::vector<mat> &ms, int i, float *x, float *y, int n, int rows, const float *norm_w) {
+    rl_mv_args a;
+    memset(&a, 0, sizeof a);
+    a.seg[0].w = ms[i % ms.size()].w;
+    a.seg[0].y = (i & 1) ? x : y;
+    a.x = (i & 1) ? y : x;
+    a.nseg = 1;
+    a.mode = RL_MV_STORE;
+    a.norm_w = norm_w;
+    a.eps = 1e-5f;
+    a.n = n;
+    a.fast = true;
+    a.ns = 1;
+    a.ys = rows;
+    return a;
+}
+
+/* mvs_kernel (non-GLU, 8-bit activations) with a ring of DS stages per warp (production takes
+ * mvs_tr<T>::D) and a timeline: for launch `on` of a graph, lane 0 of every warp writes 8
  * values at tr + 8 * warp: %globaltimer (ns) at its start, clock64() at its start, after the
  * PDL wait, once the input is staged, once its first stage has landed, at its end, and
  * %globaltimer at its end (the cycle counters are per SM; the two timers place them). */
@@ -197,21 +201,8 @@ static void trace_row(const std::vector<mat> &ms, int n, int rows, const float *
     long long *tr;
     CKL(cudaMalloc(&tr, (size_t)nwarps * 8 * sizeof(long long)));
     double us = time_graph(st, K, reps, [&](int i) {
-        rl_mv_args a;
-        memset(&a, 0, sizeof a);
-        const mat &m = ms[i % ms.size()];
-        a.seg[0].w = m.w;
-        a.seg[0].y = (i & 1) ? x : y;
-        a.x = (i & 1) ? y : x;
-        a.nseg = 1;
-        a.mode = RL_MV_STORE;
-        a.norm_w = norm ? nw : NULL;
-        a.eps = 1e-5f;
-        a.n = n;
-        a.fast = true;
-        a.ns = 1;
-        a.ys = rows;
-        CKL((cudaError_t)rl_launch(trace_kernel<T, DS>, dim3(blocks), dim3(W * 32), smem, st, true, a, tr, (int)(i == ON)));
+        CKL((cudaError_t)rl_launch(trace_kernel<T, DS>, dim3(blocks), dim3(W * 32), smem, st, true,
+                                   chain_args(ms, i, x, y, n, rows, norm ? nw : NULL), tr, (int)(i == ON)));
     });
     std::vector<long long> h((size_t)nwarps * 8);
     CKL(cudaMemcpy(h.data(), tr, h.size() * sizeof(long long), cudaMemcpyDeviceToHost));
@@ -244,30 +235,14 @@ template <int T, int DS>
 static void depth_row(const std::vector<mat> &ms, int n, int rows, const float *nw, float *x, float *y, int reps, int bpsm) {
     const int W = 16;
     const size_t smem = mvs_x_bytes(n, true) + (size_t)W * DS * mvs_tr<T>::STAGE;
-    CKL(cudaFuncSetAttribute(depth_kernel<T, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CKL(cudaFuncSetAttribute(trace_kernel<T, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int occ = 0;
-    CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, depth_kernel<T, DS>, W * 32, smem));
+    CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, trace_kernel<T, DS>, W * 32, smem));
     const int items = rows / 2, cap = std::min(occ, bpsm) * n_sm * W, ipw = (items + cap - 1) / cap;
     const int blocks = (items + ipw * W - 1) / (ipw * W);
-    auto args = [&](int i) {
-        rl_mv_args a;
-        memset(&a, 0, sizeof a);
-        const mat &m = ms[i % ms.size()];
-        a.seg[0].w = m.w;
-        a.seg[0].y = (i & 1) ? x : y;
-        a.x = (i & 1) ? y : x;
-        a.nseg = 1;
-        a.mode = RL_MV_STORE;
-        a.norm_w = nw;
-        a.eps = 1e-5f;
-        a.n = n;
-        a.fast = true;
-        a.ns = 1;
-        a.ys = rows;
-        return a;
-    };
     double us = time_graph(st, 64, reps, [&](int i) {
-        CKL((cudaError_t)rl_launch(depth_kernel<T, DS>, dim3(blocks), dim3(W * 32), smem, st, true, args(i)));
+        CKL((cudaError_t)rl_launch(trace_kernel<T, DS>, dim3(blocks), dim3(W * 32), smem, st, true,
+                                   chain_args(ms, i, x, y, n, rows, nw), (long long *)nullptr, 0));
     });
     char name[96];
     snprintf(name, sizeof name, "cp.async %d stages, %.0f KB/block, fits %d/SM, grid %d", DS, smem / 1024.0, occ, blocks);
@@ -347,21 +322,7 @@ int main(int argc, char **argv) {
                     if (variant && variant < 3 && rows != 4096 && rows != 12288 && rows != 32768) continue;
                     if (variant >= 3 && rows != 4096 && rows != 12288 && rows != 65536) continue;
                     double us = time_graph(st, K, reps, [&](int i) {
-                        rl_mv_args a;
-                        memset(&a, 0, sizeof a);
-                        const mat &m = ms[i % ms.size()];
-                        a.seg[0].w = m.w;
-                        /* ping-pong: launch i reads what launch i - 1 wrote (a dependency, as in decoding) */
-                        a.seg[0].y = (i & 1) ? x : y;
-                        a.x = (i & 1) ? y : x;
-                        a.nseg = 1;
-                        a.mode = RL_MV_STORE;
-                        a.norm_w = norm ? nw : NULL;
-                        a.eps = 1e-5f;
-                        a.n = n;
-                        a.fast = true;
-                        a.ns = 1;
-                        a.ys = rows;
+                        const rl_mv_args a = chain_args(ms, i, x, y, n, rows, norm ? nw : NULL);
                         if (rl_mvs_launch(&a, &kn, n_sm, st) != 1 || rl_mvb_applies(&a, &kn) != (kn.mvb != 0)) {
                             fprintf(stderr, "lab_mvs: the streamed matvec did not launch as asked (bulk %d)\n", kn.mvb);
                             exit(1);
