@@ -26,47 +26,96 @@ AINLINE __m256i rq2_act(const rl_q8a *a) {
     return _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)a->qs), t);
 }
 
-/* RQ2 and RQ4 (four): per row, up to RQ2_CH blocks unpacked once, then dotted against every
- * column; per 32-value half the float step is d*da*dot plus m*s, as in the reference. RQ4's
- * halves are Q4_0's nibble order, so its activations go in as they are. Codes are 0..3 or
- * 0..15, so the maddubs pair sums (at most 2*15*128) cannot saturate. */
-#define RQ2_CH 8
-AINLINE void rows_rq(const rl_mm *m, size_t r0, size_t r1, const bool four) {
-    const size_t nb = m->n / RL_QK_RQ2, na = m->n / RL_QK, bs = four ? 36 : 20;
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i c[RQ2_CH][2];
-    float d[RQ2_CH], mn[RQ2_CH];
+/* RQ2 and RQ4 (four): per 32-value half the float step is d*da*dot plus m*s, as in the
+ * reference. RQ4's halves are Q4_0's nibble order, so its activations go in as they are. Codes
+ * are 0..3 or 0..15, so the maddubs pair sums (at most 2*15*128) cannot saturate.
+ * A column's sums go into four accumulators for the whole row (block parity x half; the min
+ * terms likewise) and are added and stored once per row: one dependent chain per row, summed
+ * and stored every 8 blocks, had bounded decoding (docs/PERF.md, RQ4 on the CPU). rq_half is
+ * every term, rq_put the end of every row, in both loops below, so a column's bits do not
+ * depend on how many columns a call has: a batch gives decoding's bits. */
+AINLINE void rq_half(__m256i c, const rl_q8a *ah, float d, float mn, bool four, __m256 *v, float *u) {
+    const __m256i x = four ? _mm256_loadu_si256((const __m256i *)ah->qs) : rq2_act(ah);
+    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), _mm256_set1_epi16(1));
+    *v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d * ah->d), *v);
+    *u += mn * ah->s;
+}
+AINLINE void rq_put(const rl_mm *m, size_t s, size_t r, const __m256 *v, const float *u) {
+    const __m256 t = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
+    put(m, s, r, hsum(t) + ((u[0] + u[1]) + (u[2] + u[3])), m->accumulate);
+}
+
+/* Decoding (one column): a block's codes are used once, so they go straight into the sums. */
+AINLINE void rows_rq1(const rl_mm *m, size_t r0, size_t r1, const bool four) {
+    const size_t nb = m->n / RL_QK_RQ2, bs = four ? 36 : 20;
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *w = (const uint8_t *)m->w + r * m->row_bytes;
-        for (size_t b0 = 0; b0 < nb; b0 += RQ2_CH) {
-            size_t nc = nb - b0 < RQ2_CH ? nb - b0 : RQ2_CH;
-            for (size_t k = 0; k < nc; k++) {
-                const uint8_t *blk = w + (b0 + k) * bs;
-                if (four) {
-                    c[k][0] = nib_vals(blk);
-                    c[k][1] = nib_vals(blk + 16);
-                } else {
-                    rq2_codes(blk, c[k]);
-                }
-                d[k] = ld_h(blk + bs - 4);
-                mn[k] = ld_h(blk + bs - 2);
+        __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        float u[4] = {0, 0, 0, 0};
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = w + b * bs;
+            __m256i c[2];
+            if (four) {
+                c[0] = nib_vals(blk);
+                c[1] = nib_vals(blk + 16);
+            } else {
+                rq2_codes(blk, c);
             }
-            bool add = b0 > 0 || m->accumulate;
-            for (size_t s = 0; s < m->S; s++) {
-                const rl_q8a *a = m->xq + s * na + 2 * b0;
-                __m256 acc = _mm256_setzero_ps();
-                float mins = 0;
+            const float d = ld_h(blk + bs - 4), mn = ld_h(blk + bs - 2);
+            const size_t j = 2 * (b & 1);
+            rq_half(c[0], &m->xq[2 * b], d, mn, four, &v[j], &u[j]);
+            rq_half(c[1], &m->xq[2 * b + 1], d, mn, four, &v[j + 1], &u[j + 1]);
+        }
+        rq_put(m, 0, r, v, u);
+    }
+}
+
+/* A batch: per row, up to RQ2_CH blocks unpacked once, then dotted against every column (up to
+ * RQ2_COLS at a time), whose accumulators wait in memory between chunks. */
+#define RQ2_CH 8
+#define RQ2_COLS 16
+AINLINE void rows_rq(const rl_mm *m, size_t r0, size_t r1, const bool four) {
+    if (m->S == 1) {
+        rows_rq1(m, r0, r1, four);
+        return;
+    }
+    const size_t nb = m->n / RL_QK_RQ2, na = m->n / RL_QK, bs = four ? 36 : 20;
+    __m256i c[RQ2_CH][2];
+    float d[RQ2_CH], mn[RQ2_CH];
+    __m256 acc[RQ2_COLS][4];
+    float mins[RQ2_COLS][4];
+    for (size_t r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)m->w + r * m->row_bytes;
+        for (size_t s0 = 0; s0 < m->S; s0 += RQ2_COLS) {
+            const size_t ns = m->S - s0 < RQ2_COLS ? m->S - s0 : RQ2_COLS;
+            for (size_t s = 0; s < ns; s++)
+                for (size_t k = 0; k < 4; k++) {
+                    acc[s][k] = _mm256_setzero_ps();
+                    mins[s][k] = 0;
+                }
+            for (size_t b0 = 0; b0 < nb; b0 += RQ2_CH) {
+                const size_t nc = nb - b0 < RQ2_CH ? nb - b0 : RQ2_CH;
                 for (size_t k = 0; k < nc; k++) {
-                    RL_UNROLL
-                    for (size_t h = 0; h < 2; h++) {
-                        const __m256i x = four ? _mm256_loadu_si256((const __m256i *)a[2 * k + h].qs) : rq2_act(&a[2 * k + h]);
-                        __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(c[k][h], x), ones);
-                        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(d[k] * a[2 * k + h].d), acc);
-                        mins += mn[k] * a[2 * k + h].s;
+                    const uint8_t *blk = w + (b0 + k) * bs;
+                    if (four) {
+                        c[k][0] = nib_vals(blk);
+                        c[k][1] = nib_vals(blk + 16);
+                    } else {
+                        rq2_codes(blk, c[k]);
+                    }
+                    d[k] = ld_h(blk + bs - 4);
+                    mn[k] = ld_h(blk + bs - 2);
+                }
+                for (size_t s = 0; s < ns; s++) {
+                    const rl_q8a *a = m->xq + (s0 + s) * na + 2 * b0;
+                    for (size_t k = 0; k < nc; k++) { /* b0 is even: block b0 + k's parity is k's */
+                        const size_t j = 2 * (k & 1);
+                        rq_half(c[k][0], &a[2 * k], d[k], mn[k], four, &acc[s][j], &mins[s][j]);
+                        rq_half(c[k][1], &a[2 * k + 1], d[k], mn[k], four, &acc[s][j + 1], &mins[s][j + 1]);
                     }
                 }
-                put(m, s, r, hsum(acc) + mins, add);
             }
+            for (size_t s = 0; s < ns; s++) rq_put(m, s0 + s, r, acc[s], mins[s]);
         }
     }
 }
