@@ -132,6 +132,13 @@ static std::vector<mat> carve(pool &P, uint32_t T, int rows, int n) {
     return v;
 }
 
+/* Blocks of W warps for a launch of rows / 2 items with at most bps blocks per SM resident:
+ * rl_mvs_launch's sizing (items per warp as even as the resident warps allow). */
+static int lab_grid(int rows, int W, int bps) {
+    const int items = rows / 2, cap = bps * n_sm * W, ipw = (items + cap - 1) / cap;
+    return (items + ipw * W - 1) / (ipw * W);
+}
+
 /* Launch i of a chain over the matrices ms (STORE, 8-bit activations, one token): it reads
  * what launch i - 1 wrote (x and y ping-pong: a dependency, as in decoding). */
 static rl_mv_args chain_args(const std::vector<mat> &ms, int i, float *x, float *y, int n, int rows, const float *norm_w) {
@@ -196,8 +203,7 @@ static void trace_row(const std::vector<mat> &ms, int n, int rows, const float *
     CKL(cudaFuncSetAttribute(trace_kernel<T, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int occ = 0;
     CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, trace_kernel<T, DS>, W * 32, smem));
-    const int items = rows / 2, cap = occ * n_sm * W, ipw = (items + cap - 1) / cap;
-    const int blocks = (items + ipw * W - 1) / (ipw * W), nwarps = blocks * W;
+    const int blocks = lab_grid(rows, W, occ), nwarps = blocks * W;
     long long *tr;
     CKL(cudaMalloc(&tr, (size_t)nwarps * 8 * sizeof(long long)));
     double us = time_graph(st, K, reps, [&](int i) {
@@ -238,8 +244,7 @@ static void depth_row(const std::vector<mat> &ms, int n, int rows, const float *
     CKL(cudaFuncSetAttribute(trace_kernel<T, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int occ = 0;
     CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, trace_kernel<T, DS>, W * 32, smem));
-    const int items = rows / 2, cap = std::min(occ, bpsm) * n_sm * W, ipw = (items + cap - 1) / cap;
-    const int blocks = (items + ipw * W - 1) / (ipw * W);
+    const int blocks = lab_grid(rows, W, std::min(occ, bpsm));
     double us = time_graph(st, 64, reps, [&](int i) {
         CKL((cudaError_t)rl_launch(trace_kernel<T, DS>, dim3(blocks), dim3(W * 32), smem, st, true,
                                    chain_args(ms, i, x, y, n, rows, nw), (long long *)nullptr, 0));

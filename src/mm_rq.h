@@ -34,6 +34,17 @@ AINLINE __m256i rq2_act(const rl_q8a *a) {
  * and stored every 8 blocks, had bounded decoding (docs/PERF.md, RQ4 on the CPU). rq_half is
  * every term, rq_put the end of every row, in both loops below, so a column's bits do not
  * depend on how many columns a call has: a batch gives decoding's bits. */
+/* Block blk's codes as two registers of 32 (one per half) and its (d, m). */
+AINLINE void rq_unpack(const uint8_t *blk, size_t bs, bool four, __m256i c[2], float *d, float *mn) {
+    if (four) {
+        c[0] = nib_vals(blk);
+        c[1] = nib_vals(blk + 16);
+    } else {
+        rq2_codes(blk, c);
+    }
+    *d = ld_h(blk + bs - 4);
+    *mn = ld_h(blk + bs - 2);
+}
 AINLINE void rq_half(__m256i c, const rl_q8a *ah, float d, float mn, bool four, __m256 *v, float *u) {
     const __m256i x = four ? _mm256_loadu_si256((const __m256i *)ah->qs) : rq2_act(ah);
     const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(c, x), _mm256_set1_epi16(1));
@@ -53,15 +64,9 @@ AINLINE void rows_rq1(const rl_mm *m, size_t r0, size_t r1, const bool four) {
         __m256 v[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         float u[4] = {0, 0, 0, 0};
         for (size_t b = 0; b < nb; b++) {
-            const uint8_t *blk = w + b * bs;
             __m256i c[2];
-            if (four) {
-                c[0] = nib_vals(blk);
-                c[1] = nib_vals(blk + 16);
-            } else {
-                rq2_codes(blk, c);
-            }
-            const float d = ld_h(blk + bs - 4), mn = ld_h(blk + bs - 2);
+            float d, mn;
+            rq_unpack(w + b * bs, bs, four, c, &d, &mn);
             const size_t j = 2 * (b & 1);
             rq_half(c[0], &m->xq[2 * b], d, mn, four, &v[j], &u[j]);
             rq_half(c[1], &m->xq[2 * b + 1], d, mn, four, &v[j + 1], &u[j + 1]);
@@ -95,17 +100,7 @@ AINLINE void rows_rq(const rl_mm *m, size_t r0, size_t r1, const bool four) {
                 }
             for (size_t b0 = 0; b0 < nb; b0 += RQ2_CH) {
                 const size_t nc = nb - b0 < RQ2_CH ? nb - b0 : RQ2_CH;
-                for (size_t k = 0; k < nc; k++) {
-                    const uint8_t *blk = w + (b0 + k) * bs;
-                    if (four) {
-                        c[k][0] = nib_vals(blk);
-                        c[k][1] = nib_vals(blk + 16);
-                    } else {
-                        rq2_codes(blk, c[k]);
-                    }
-                    d[k] = ld_h(blk + bs - 4);
-                    mn[k] = ld_h(blk + bs - 2);
-                }
+                for (size_t k = 0; k < nc; k++) rq_unpack(w + (b0 + k) * bs, bs, four, c[k], &d[k], &mn[k]);
                 for (size_t s = 0; s < ns; s++) {
                     const rl_q8a *a = m->xq + (s0 + s) * na + 2 * b0;
                     for (size_t k = 0; k < nc; k++) { /* b0 is even: block b0 + k's parity is k's */
