@@ -158,12 +158,23 @@ static rl_mv_args chain_args(const std::vector<mat> &ms, int i, float *x, float 
     return a;
 }
 
+/* The trace kernel's staging hook: the stages that the launch did not prefetch before the wait,
+ * issued once the input's loads are in flight (so that they do not queue ahead of them). */
+template <class W> struct lab_hook {
+    W *w;
+    int rest;
+    __device__ __forceinline__ void loading() const { w->prefetch(rest); }
+};
+
 /* mvs_kernel (non-GLU, 8-bit activations) with a ring of DS stages per warp (production takes
  * mvs_tr<T>::D) and a timeline: for launch `on` of a graph, lane 0 of every warp writes 8
  * values at tr + 8 * warp: %globaltimer (ns) at its start, clock64() at its start, after the
  * PDL wait, once the input is staged, once its first stage has landed, at its end, and
- * %globaltimer at its end (the cycle counters are per SM; the two timers place them). */
-template <int T, int DS>
+ * %globaltimer at its end (the cycle counters are per SM; the two timers place them).
+ * Variants: PRE stages prefetched before the wait (production DS - 1), the rest once the input
+ * is being loaded (lab_hook); STAGE false: no staging at all (the values are wrong; the floor
+ * of a launch without a prologue). */
+template <int T, int DS, int PRE = DS - 1, bool STAGE = true>
 __global__ void __launch_bounds__(512) trace_kernel(const __grid_constant__ rl_mv_args a, long long *tr, int on) {
     extern __shared__ __align__(16) float xs[];
     __shared__ double red[32];
@@ -173,13 +184,14 @@ __global__ void __launch_bounds__(512) trace_kernel(const __grid_constant__ rl_m
     rl_pdl_trigger();
     const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
     long long *t = on ? tr + 8 * ((size_t)blockIdx.x * nw + warp) : nullptr;
-    mvs_warp<T, false, true, false, DS> w;
+    using W = mvs_warp<T, false, true, false, DS>;
+    W w;
     w.init(&a, (uint8_t *)xs + mvs_x_bytes(a.n, true) + (size_t)warp * DS * mvs_tr<T>::STAGE, blockIdx.x * nw + warp,
            gridDim.x * nw);
-    w.prefetch();
+    w.prefetch(PRE);
     rl_pdl_wait();
     const long long c1 = clock64();
-    w.template run<true>(xs, red, t ? t + 3 : nullptr);
+    w.template run<true, STAGE>(xs, red, t ? t + 3 : nullptr, lab_hook<W>{&w, DS - 1 - PRE});
     if (t && lane == 0) {
         unsigned long long g1;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
@@ -191,23 +203,25 @@ __global__ void __launch_bounds__(512) trace_kernel(const __grid_constant__ rl_m
 }
 
 /* One row of the timeline: launch 40 of the 64 in the graph traced; per warp, the times from
- * the launch's earliest warp start (µs): percentiles over the warps. */
-template <int T, int DS>
+ * the launch's earliest warp start (µs): percentiles over the warps. The variant
+ * (trace_kernel's) is named in the ring column: PRE stages prefetched before the wait, no
+ * staging (!STAGE). */
+template <int T, int DS, int PRE = DS - 1, bool STAGE = true>
 static void trace_row(const std::vector<mat> &ms, int n, int rows, const float *nw, float *x, float *y, int reps, bool norm) {
     const int W = 16, K = 64, ON = 40;
     /* shared memory padded as the production launch pads it (one 16-warp block per SM) */
     int optin = 0;
     CKL(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    const size_t smem = rl_mvs_pad((const void *)trace_kernel<T, DS>, W,
+    const size_t smem = rl_mvs_pad((const void *)trace_kernel<T, DS, PRE, STAGE>, W,
                                    mvs_x_bytes(n, true) + (size_t)W * DS * mvs_tr<T>::STAGE, (size_t)optin - 1024);
-    CKL(cudaFuncSetAttribute(trace_kernel<T, DS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CKL(cudaFuncSetAttribute(trace_kernel<T, DS, PRE, STAGE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int occ = 0;
-    CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, trace_kernel<T, DS>, W * 32, smem));
+    CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, trace_kernel<T, DS, PRE, STAGE>, W * 32, smem));
     const int blocks = lab_grid(rows, W, occ), nwarps = blocks * W;
     long long *tr;
     CKL(cudaMalloc(&tr, (size_t)nwarps * 8 * sizeof(long long)));
     double us = time_graph(st, K, reps, [&](int i) {
-        CKL((cudaError_t)rl_launch(trace_kernel<T, DS>, dim3(blocks), dim3(W * 32), smem, st, true,
+        CKL((cudaError_t)rl_launch(trace_kernel<T, DS, PRE, STAGE>, dim3(blocks), dim3(W * 32), smem, st, true,
                                    chain_args(ms, i, x, y, n, rows, norm ? nw : NULL), tr, (int)(i == ON)));
     });
     std::vector<long long> h((size_t)nwarps * 8);
@@ -223,8 +237,9 @@ static void trace_row(const std::vector<mat> &ms, int n, int rows, const float *
     }
     const double r = gs / cs;
     static const char *ev[5] = {"start", "waited", "staged", "first stage", "end"};
-    printf("| %s | %d | %d | %.1f | %s | %d stages, %.2f us/launch, %.3f ns/cycle |", T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows,
-           ms[0].bytes / 1e6, norm ? "yes" : "no", DS, us, r);
+    printf("| %s | %d | %d | %.1f | %s | %d stages, %d before the wait%s, %.2f us/launch, %.3f ns/cycle |",
+           T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows, ms[0].bytes / 1e6, norm ? "yes" : "no", DS, PRE,
+           STAGE ? "" : ", NO STAGING", us, r);
     for (int e = 0; e < 5; e++) {
         std::vector<double> v(nwarps);
         for (int w = 0; w < nwarps; w++)
@@ -257,6 +272,15 @@ static void depth_row(const std::vector<mat> &ms, int n, int rows, const float *
 
 int main(int argc, char **argv) {
     const int reps = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 20;
+    /* the sections to run, as a comma list (default all): 1 (the production kernel and the
+     * depth rows), 1b (timelines), 2 (read patterns), 3 (the empty kernel) */
+    const char *only = argc > 2 ? argv[2] : "1,1b,2,3";
+    auto want = [&](const char *sec) {
+        const size_t l = strlen(sec);
+        for (const char *p = only; (p = strstr(p, sec)) != nullptr; p += l)
+            if ((p == only || p[-1] == ',') && (p[l] == ',' || !p[l])) return true;
+        return false;
+    };
     cudaDeviceProp pr;
     CKL(cudaGetDeviceProperties(&pr, 0));
     n_sm = pr.multiProcessorCount;
@@ -287,10 +311,11 @@ int main(int argc, char **argv) {
     const int K = 64;
 
     /* 1. the production kernel */
-    printf("\n| type | n | rows | MB | norm | pdl | copies | us/launch | GB/s |\n| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: |\n");
+    if (want("1")) printf("\n| type | n | rows | MB | norm | pdl | copies | us/launch | GB/s |\n| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: |\n");
     const uint32_t types[2] = {RL_Q4_0, RL_Q8_0};
     for (uint32_t T : types)
         for (int n : {4096, 11008}) {
+            if (!want("1")) break;
             const int rows_list[] = {512, 2048, 4096, 8192, 12288, 22016, 32768, 65536};
             for (int rows : rows_list) {
                 if (n == 11008 && rows > 8192) continue;
@@ -358,28 +383,44 @@ int main(int argc, char **argv) {
     kn.mv_blocks_per_sm = 8;
 
     /* 1b. timelines of one launch in the chain: per warp, µs from the launch's first warp start,
-     * min / p10 / median / max over the warps */
-    printf("\n| type | n | rows | MB | norm | ring, time | start | PDL wait returned | input staged | first stage landed | end |\n"
-           "| --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | --- | --- |\n");
-    for (int rows : {4096, 12288, 65536}) {
-        std::vector<mat> ms = carve(P, RL_Q4_0, rows, 4096);
-        trace_row<RL_Q4_0, 5>(ms, 4096, rows, nw, x, y, reps, true);
-        if (rows == 12288) {
+     * min / p10 / median / max over the warps; on the QKV shape (and down's, and Q8_0's) how
+     * many ring stages go before the PDL wait (docs/PERF.md v2.18: faster here, not in decoding),
+     * and the floor without staging */
+    if (want("1b")) {
+        printf("\n| type | n | rows | MB | norm | ring, time | start | PDL wait returned | input staged | first stage landed | end |\n"
+               "| --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | --- | --- |\n");
+        for (int rows : {4096, 12288, 65536}) {
+            std::vector<mat> ms = carve(P, RL_Q4_0, rows, 4096);
+            trace_row<RL_Q4_0, 5>(ms, 4096, rows, nw, x, y, reps, true);
+            if (rows != 12288) continue;
+            trace_row<RL_Q4_0, 5, 3>(ms, 4096, rows, nw, x, y, reps, true);
+            trace_row<RL_Q4_0, 5, 2>(ms, 4096, rows, nw, x, y, reps, true);
+            trace_row<RL_Q4_0, 5, 1>(ms, 4096, rows, nw, x, y, reps, true);
+            trace_row<RL_Q4_0, 5, 0>(ms, 4096, rows, nw, x, y, reps, true);
+            trace_row<RL_Q4_0, 5, 4, false>(ms, 4096, rows, nw, x, y, reps, true);
             trace_row<RL_Q4_0, 5>(ms, 4096, rows, nw, x, y, reps, false);
+            trace_row<RL_Q4_0, 5, 2>(ms, 4096, rows, nw, x, y, reps, false);
             trace_row<RL_Q4_0, 8>(ms, 4096, rows, nw, x, y, reps, true);
+            trace_row<RL_Q4_0, 8, 3>(ms, 4096, rows, nw, x, y, reps, true);
+            trace_row<RL_Q4_0, 8, 7, false>(ms, 4096, rows, nw, x, y, reps, true);
         }
-    }
-    {
         std::vector<mat> ms = carve(P, RL_Q4_0, 4096, 11008);
-        trace_row<RL_Q4_0, 5>(ms, 11008, 4096, nw, x, y, reps, true);
+        trace_row<RL_Q4_0, 5>(ms, 11008, 4096, nw, x, y, reps, false);
+        trace_row<RL_Q4_0, 5, 2>(ms, 11008, 4096, nw, x, y, reps, false);
+        trace_row<RL_Q4_0, 5, 4, false>(ms, 11008, 4096, nw, x, y, reps, false);
+        std::vector<mat> m8 = carve(P, RL_Q8_0, 12288, 4096);
+        trace_row<RL_Q8_0, 4>(m8, 4096, 12288, nw, x, y, reps, true);
+        trace_row<RL_Q8_0, 4, 1>(m8, 4096, 12288, nw, x, y, reps, true);
+        trace_row<RL_Q8_0, 4, 3, false>(m8, 4096, 12288, nw, x, y, reps, true);
     }
 
     /* 2. read-only patterns over bytes shaped like a Q4_0 quant plane: rows of 4 steps of 512
      * B (n = 4096), 8 and 22 steps (longer rows, n = 8192 and ~11008) */
-    printf("\n| pattern | MB | warps/SM | us/launch | GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
+    if (want("2")) printf("\n| pattern | MB | warps/SM | us/launch | GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
     uint32_t *sink;
     CKL(cudaMalloc(&sink, 4 << 20));
     for (int steps : {4, 8, 22}) {
+        if (!want("2")) break;
         for (int items : {2048, 6144, 11008}) {
             const size_t bytes = (size_t)items * 2 * steps * 512;
             const int nmat = (int)std::min((size_t)64, pool_bytes / bytes);
@@ -403,7 +444,7 @@ int main(int argc, char **argv) {
     }
 
     /* 3. an empty kernel, chained with and without PDL */
-    for (int pdl = 0; pdl < 2; pdl++) {
+    for (int pdl = 0; pdl < 2 && want("3"); pdl++) {
         double us = time_graph(st, K, reps, [&](int) {
             rl_launch(empty_kernel, dim3(n_sm), dim3(512), 0, st, pdl != 0, (int *)sink);
         });

@@ -698,6 +698,12 @@ __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float 
     return 1.0f / sqrtf((float)(t / (double)n) + a.eps);
 }
 
+/* mv_stage's hook: loading() runs once the input's first loads are issued (the kernel lab's
+ * timeline issues ring stages there, bench/lab_mvs.cu); the default does nothing. */
+struct mv_hook {
+    __device__ __forceinline__ void loading() const {}
+};
+
 /* Stages column x of the input at xs, RMS-normalised as the CPU does (sum of squares in
  * double, then w * (x * r)) or copied: padded fp32, and with Q8 the rl_q8a planes after it (F32)
  * or, without F32, only the planes, at xs (the streamed kernels, which never read the fp32
@@ -708,8 +714,8 @@ __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float 
  * and rounded in registers (i8_quarter) and stored as int8: the fp32 copy's shared-memory round
  * trip and its barrier are gone from the prologue, which the kernel lab's timeline put at 2.3
  * (no norm) to 3.9 us of a 12.5 us launch (docs/PERF.md v2.17). Same values, same bits. */
-template <int XL, bool Q8, int B = 8, bool CG = false, bool F32 = true>
-__device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, float *xs, double *red) {
+template <int XL, bool Q8, int B = 8, bool CG = false, bool F32 = true, class H = mv_hook>
+__device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, float *xs, double *red, const H &h = H()) {
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x;
     const float *w = a.norm_w;
     if constexpr (Q8) {
@@ -719,6 +725,7 @@ __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, fl
         int *xsum = (int *)(xd + n / 32);
         float v[8], g[8];
         q8_load<XL, CG>(x, tid, tid < nq, v); /* the first quarter, beside the norm's loads */
+        h.loading();
         if (w) q8_load<XL, false>(w, tid, tid < nq, g);
         const float r = w ? mv_norm_scale<B, CG>(a, x, red) : 1.0f;
         for (int base = tid & ~31, first = 1; base < nq; base += nt, first = 0) { /* warp-uniform */
@@ -742,6 +749,7 @@ __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, fl
         __syncthreads(); /* also makes a block's global writes visible to the block */
         return;
     }
+    h.loading();
     const float r = w ? mv_norm_scale<B, CG>(a, x, red) : 1.0f;
     for (int i0 = tid; i0 < n; i0 += B * nt) {
         float v[B], g[B];

@@ -194,19 +194,23 @@ template <int T, bool GLU, bool Q8, bool CG = false, int DS = mvs_tr<T>::D> stru
         cp_commit(); /* an empty group past the end keeps the count uniform */
     }
 
-    __device__ __forceinline__ void prefetch() {
-        for (int k = 0; k < D - 1; k++) issue();
+    /* the first k stages; run() needs D - 1 issued before its loop (the kernel lab issues some
+     * from the staging hook) */
+    __device__ __forceinline__ void prefetch(int k = D - 1) {
+        for (int i = 0; i < k; i++) issue();
     }
 
-    /* xs: the block's staging area (mvs_x_bytes(n, Q8)), red: 32 doubles of shared scratch.
+    /* xs: the block's staging area (mvs_x_bytes(n, Q8)), red: 32 doubles of shared scratch, h:
+     * mv_stage's hook.
      * TRACE (the kernel lab's timeline, bench/lab_mvs.cu): where tr is not NULL, lane 0 writes
      * clock64() once the input is staged, once the warp's first stage has landed and at its
-     * end to tr[0..2]. */
-    template <bool TRACE = false>
-    __device__ __forceinline__ void run(float *xs, double *red, long long *tr = nullptr) {
+     * end to tr[0..2]. STAGE false (the lab's floor) leaves the input unstaged. */
+    template <bool TRACE = false, bool STAGE = true, class H = mv_hook>
+    __device__ __forceinline__ void run(float *xs, double *red, long long *tr = nullptr, const H &h = H()) {
         const int n = a->n, lane = threadIdx.x & 31;
         /* RQ2's 8-bit plane in the shift decoder's layout (the table decoder is not streamed) */
-        mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, CG, false>(*a, a->x, xs, red);
+        if (STAGE) mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, CG, false>(*a, a->x, xs, red, h);
+        else h.loading();
         if (TRACE && tr && lane == 0) tr[0] = clock64();
         const mv_xin x(xs, n, Q8);
         const int pos = a->io ? a->io->pos : 0;
