@@ -31,15 +31,6 @@
 /* small constant-trip loops over tile rows/columns must unroll so their arrays live in
  * registers; -O2 alone does not do it */
 #define RL_UNROLL _Pragma("GCC unroll 8")
-/* An empty asm that claims to modify v: GCC can no longer reassociate a chain of integer adds
- * through it. Without it, GCC turns tile_x8's per-column add chains into chains evaluated last,
- * which keeps every maddubs result live at once and spills them (1.5x slower at S=64). */
-#define RL_KEEP(v)                 \
-    do {                           \
-        __m256i keep_ = (v);       \
-        __asm__("" : "+x"(keep_)); \
-        (v) = keep_;               \
-    } while (0)
 
 #ifdef RL_MM_AVX2
 
@@ -487,13 +478,6 @@ static void q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
 
 /* ---- fast path: row-interleaved (x8) Q4_0 / Q8_0 ---------------------------------------- */
 
-/* 4 activation bytes broadcast to all 8 dword lanes (one per interleaved row). */
-AINLINE __m256i bc4(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return _mm256_set1_epi32(v);
-}
-
 /* Distance, in 8-row blocks, that decode prefetches ahead of the block it multiplies; 0 = none.
  * A packed matrix is one contiguous stream, which the hardware prefetcher follows: 4, 8 and 16
  * measured no better than none. */
@@ -695,6 +679,7 @@ static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
         switch (m->type) {
         case RL_Q8_0: rows_x8(m, r0, r1, 0); return;
         case RL_Q4_0: rows_x8(m, r0, r1, 1); return;
+        case RL_RQ4: rows_rq4_x8(m, r0, r1); return;
         default: rl_mm_rows_ref(m, r0, r1); return;
         }
     }
@@ -729,9 +714,16 @@ void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
 #endif
 }
 
+bool rl_pack_supported(uint32_t type, size_t rows, size_t n) {
+#if !defined(RL_MM_AVX2) && !defined(RL_MM_AVX512)
+    if (type == RL_RQ4) return false; /* the reference would read it, slower than row-major */
+#endif
+    return rl_pack_format(type, rows, n);
+}
+
 size_t rl_mm_row_tile(uint32_t type) {
-    /* Q4_0/Q8_0 may be packed in groups of 8 rows; 8 is also a multiple of the row-major tile */
-    return type == RL_Q4_0 || type == RL_Q8_0 ? RL_PACK_ROWS : 4;
+    /* packable types may be packed in groups of 8 rows; 8 is also a multiple of the row-major tile */
+    return rl_pack_supported(type, RL_PACK_ROWS, RL_QK_RQ4) ? RL_PACK_ROWS : 4;
 }
 
 const char *rl_simd_name(void) {

@@ -10,6 +10,23 @@
 
 #include "mm_tq.h"
 
+/* An empty asm that claims to modify v: GCC can no longer reassociate a chain of integer adds
+ * through it. Without it, GCC turns the x8 tiles' per-column add chains into chains evaluated last,
+ * which keeps every maddubs result live at once and spills them (1.5x slower at S=64). */
+#define RL_KEEP(v)                 \
+    do {                           \
+        __m256i keep_ = (v);       \
+        __asm__("" : "+x"(keep_)); \
+        (v) = keep_;               \
+    } while (0)
+
+/* 4 activation bytes broadcast to all 8 dword lanes (one per interleaved row). */
+static inline __attribute__((always_inline)) __m256i bc4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
 /* The sum of the 8 lanes, in a fixed order. */
 static inline __attribute__((always_inline)) float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -1052,7 +1052,8 @@ void rl_q8a_quant_row_ref(const float *x, rl_q8a *dst, size_t n) {
 /* ---- scalar reference matmul ---------------------------------------------------------- */
 
 /* Fast-path reference: per weight block, an integer dot against the activation's int8 values,
- * then the scales. Integer part is exact, so SIMD kernels differ only in float summation. */
+ * then the scales, added to acc in order (a packed matrix's blocks, one call each, sum as the
+ * row-major row's). Integer part is exact, so SIMD kernels differ only in float summation. */
 /* GCC 12 with AVX512-VNNI enabled auto-vectorizes the int8 x int8 sum below into a vpdpbusd
  * sequence that gets the sign wrong (seen on an Intel Xeon, 2026-11-30: the reference, not the
  * kernels, disagreed with the exact integer dot whenever a weight was -128). The reference must
@@ -1060,8 +1061,7 @@ void rl_q8a_quant_row_ref(const float *x, rl_q8a *dst, size_t n) {
 #if defined(__GNUC__) && !defined(__clang__)
 __attribute__((optimize("no-tree-vectorize")))
 #endif
-static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size_t n) {
-    float acc = 0;
+static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size_t n, float acc) {
     switch (type) {
     case RL_Q8_0:
         for (size_t i = 0; i < n / RL_QK; i++, w += 34) {
@@ -1165,52 +1165,72 @@ static bool uses_fast_path(const rl_mm *m) {
 
 /* ---- row-interleaved (x8) weights --------------------------------------------------------- */
 
-bool rl_pack_supported(uint32_t type, size_t rows, size_t n) {
-    return (type == RL_Q4_0 || type == RL_Q8_0) && rows % RL_PACK_ROWS == 0 && n % RL_QK == 0 && n > 0;
+/* A packable block's parts in its row-major form: hb bytes of fp16 factors at hoff (Q4_0 /
+ * Q8_0: d first; RQ4: d, m last), the quants at qoff. */
+typedef struct pack_fmt {
+    size_t bs, hb, hoff, qoff;
+} pack_fmt;
+
+static pack_fmt pack_fmt_of(uint32_t type) {
+    const size_t bs = rl_type_get(type)->size;
+    return type == RL_RQ4 ? (pack_fmt){bs, 4, bs - 4, 0} : (pack_fmt){bs, 2, 0, 2};
+}
+
+bool rl_pack_format(uint32_t type, size_t rows, size_t n) {
+    const size_t blck = type == RL_RQ4 ? RL_QK_RQ4 : RL_QK;
+    return (type == RL_Q4_0 || type == RL_Q8_0 || type == RL_RQ4) && rows % RL_PACK_ROWS == 0 && n % blck == 0 && n > 0;
 }
 
 /* Offset of the 8-row group holding row r's block b inside a packed matrix (bs: block bytes).
- * Inside it: row r's scale at 2 * (r % 8), its quant byte j at 16 + (j / 4) * 32 + (r % 8) * 4 + j % 4. */
+ * Inside it: factor f (fp16) of row r at 16 f + 2 (r % 8), then its quant byte j at
+ * 8 hb + (j / 4) * 32 + (r % 8) * 4 + j % 4. */
 static size_t packed_group(size_t bs, size_t row_bytes, size_t r, size_t b) {
     return r / RL_PACK_ROWS * RL_PACK_ROWS * row_bytes + b * RL_PACK_ROWS * bs;
 }
 
-void rl_pack_rows(uint32_t type, const void *w, size_t row_bytes, size_t rows, size_t n, void *dst) {
-    size_t bs = rl_type_get(type)->size, qb = bs - 2, nb = n / RL_QK;
-    for (size_t r = 0; r < rows; r++) {
-        const uint8_t *src = (const uint8_t *)w + r * row_bytes;
-        size_t lane = r % RL_PACK_ROWS;
-        for (size_t b = 0; b < nb; b++, src += bs) {
-            uint8_t *g = (uint8_t *)dst + packed_group(bs, row_bytes, r, b);
-            memcpy(g + 2 * lane, src, 2);
-            for (size_t j = 0; j < qb; j += 4) memcpy(g + 16 + j * RL_PACK_ROWS + lane * 4, src + 2 + j, 4);
-        }
+/* Block b of row r between its row-major form (blk) and its place in a packed matrix: to the
+ * packed form when pack, else back. */
+static void packed_move(uint32_t type, uint8_t *packed, size_t row_bytes, size_t r, size_t b, uint8_t *blk, bool pack) {
+    const pack_fmt f = pack_fmt_of(type);
+    const size_t lane = r % RL_PACK_ROWS, qb = f.bs - f.hb;
+    uint8_t *g = packed + packed_group(f.bs, row_bytes, r, b);
+    for (size_t h = 0; h < f.hb; h += 2) {
+        uint8_t *pp = g + 8 * h + 2 * lane, *bp = blk + f.hoff + h;
+        memcpy(pack ? pp : bp, pack ? bp : pp, 2);
+    }
+    for (size_t j = 0; j < qb; j += 4) {
+        uint8_t *pp = g + 8 * f.hb + j * RL_PACK_ROWS + lane * 4, *bp = blk + f.qoff + j;
+        memcpy(pack ? pp : bp, pack ? bp : pp, 4);
     }
 }
 
+void rl_pack_rows(uint32_t type, const void *w, size_t row_bytes, size_t rows, size_t n, void *dst) {
+    const size_t bs = rl_type_get(type)->size, nb = n / rl_type_get(type)->blck;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t b = 0; b < nb; b++)
+            packed_move(type, dst, row_bytes, r, b, (uint8_t *)w + r * row_bytes + b * bs, true);
+}
+
 void rl_packed_block(uint32_t type, const void *packed, size_t row_bytes, size_t r, size_t b, void *dst) {
-    size_t bs = rl_type_get(type)->size, qb = bs - 2, lane = r % RL_PACK_ROWS;
-    const uint8_t *g = (const uint8_t *)packed + packed_group(bs, row_bytes, r, b);
-    uint8_t *o = dst;
-    memcpy(o, g + 2 * lane, 2);
-    for (size_t j = 0; j < qb; j += 4) memcpy(o + 2 + j, g + 16 + j * RL_PACK_ROWS + lane * 4, 4);
+    packed_move(type, (uint8_t *)packed, row_bytes, r, b, dst, false);
 }
 
 /* Packed weights: the same computation with each block gathered back into row-major form
- * first; blocks are 32 values, so the sums run in the same order as the row-major path. */
+ * first; a block at a time, so the sums run in the same order as the row-major path. */
 static void ref_packed(const rl_mm *m, size_t r0, size_t r1, bool fast) {
     uint8_t blk[64];
-    float vals[RL_QK];
+    float vals[RL_QK_RQ4];
+    const size_t bk = rl_type_get(m->type)->blck;
     for (size_t r = r0; r < r1; r++) {
         for (size_t s = 0; s < m->S; s++) {
             float v = 0;
-            for (size_t b = 0; b < m->n / RL_QK; b++) {
+            for (size_t b = 0; b < m->n / bk; b++) {
                 rl_packed_block(m->type, m->w, m->row_bytes, r, b, blk);
                 if (fast) {
-                    v += ref_fast_dot(m->type, blk, m->xq + s * (m->n / RL_QK) + b, RL_QK);
+                    v = ref_fast_dot(m->type, blk, m->xq + s * (m->n / RL_QK) + b * (bk / RL_QK), bk, v);
                 } else {
-                    rl_dequant_row(m->type, blk, vals, RL_QK);
-                    for (size_t i = 0; i < RL_QK; i++) v += vals[i] * m->x[s * m->n + b * RL_QK + i];
+                    rl_dequant_row(m->type, blk, vals, bk);
+                    for (size_t i = 0; i < bk; i++) v += vals[i] * m->x[s * m->n + b * bk + i];
                 }
             }
             float *y = m->y + s * m->ys + r;
@@ -1233,7 +1253,7 @@ void rl_mm_rows_ref(const rl_mm *m, size_t r0, size_t r1) {
         for (size_t s = 0; s < m->S; s++) {
             float v = 0;
             if (fast) {
-                v = ref_fast_dot(m->type, w, m->xq + s * (m->n / RL_QK), m->n);
+                v = ref_fast_dot(m->type, w, m->xq + s * (m->n / RL_QK), m->n, 0.0f);
             } else {
                 const float *x = m->x + s * m->n;
                 for (size_t i0 = 0; i0 < m->n; i0 += RL_QK_K) {

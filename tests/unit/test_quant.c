@@ -375,7 +375,7 @@ static void test_kernels(void) {
  * reference on the packed form is bit-identical to the reference on the row-major form, and
  * that the SIMD kernels on the packed form agree with it within float summation error. */
 static void packed_case(uint32_t type, size_t n, size_t S, size_t rows, size_t r0, size_t r1, bool acc) {
-    size_t rb = rl_row_bytes(type, n), bs = rl_type_get(type)->size;
+    size_t rb = rl_row_bytes(type, n), bs = rl_type_get(type)->size, bk = rl_type_get(type)->blck;
     uint8_t *w = malloc(rb * rows), *wp = malloc(rb * rows), blk[64];
     float *x = malloc(sizeof(float) * n * S);
     rl_q8a *xq = malloc(rl_q8a_row_bytes(n) * S);
@@ -388,7 +388,7 @@ static void packed_case(uint32_t type, size_t n, size_t S, size_t rows, size_t r
     rl_pack_rows(type, w, rb, rows, n, wp);
     int bad_blk = 0;
     for (size_t r = 0; r < rows; r++)
-        for (size_t b = 0; b < n / RL_QK; b++) {
+        for (size_t b = 0; b < n / bk; b++) {
             rl_packed_block(type, wp, rb, r, b, blk);
             bad_blk += memcmp(blk, w + r * rb + b * bs, bs) != 0;
         }
@@ -415,10 +415,10 @@ static void packed_case(uint32_t type, size_t n, size_t S, size_t rows, size_t r
                     continue;
                 }
                 double mag = fabs(yr[i]);
-                for (size_t b = 0; b < n / RL_QK; b++) {
-                    float vals[RL_QK];
-                    rl_dequant_row(type, w + r * rb + b * bs, vals, RL_QK);
-                    for (size_t k = 0; k < RL_QK; k++) mag += fabs((double)vals[k] * x[s * n + b * RL_QK + k]);
+                for (size_t b = 0; b < n / bk; b++) {
+                    float vals[RL_QK_RQ4];
+                    rl_dequant_row(type, w + r * rb + b * bs, vals, bk);
+                    for (size_t k = 0; k < bk; k++) mag += fabs((double)vals[k] * x[s * n + b * bk + k]);
                 }
                 double err = fabs((double)y[i] - yr[i]) / mag;
                 if (err > worst) worst = err;
@@ -432,16 +432,24 @@ static void packed_case(uint32_t type, size_t n, size_t S, size_t rows, size_t r
 }
 
 static void test_packed(void) {
-    const uint32_t types[] = {RL_Q4_0, RL_Q8_0};
+    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_RQ4};
     const size_t Ss[] = {1, 2, 3, 4, 5, 7, 8, 9};
-    for (size_t t = 0; t < 2; t++) {
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+    CHECK(rl_pack_supported(RL_RQ4, 8, 64) && rl_mm_row_tile(RL_RQ4) == 8, "an AVX2 build packs RQ4");
+#else
+    CHECK(!rl_pack_supported(RL_RQ4, 8, 64) && rl_pack_format(RL_RQ4, 8, 64), "RQ4 has a packed form, read only by AVX2");
+#endif
+    for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
+        if (!rl_pack_supported(types[t], 8, 64)) continue; /* RQ4 outside x86: checked above */
+        const size_t bk = rl_type_get(types[t])->blck;
+        if (bk > RL_QK) CHECK(!rl_pack_supported(types[t], 8, bk + RL_QK), "%s: n not a multiple of its block", rl_type_name(types[t]));
         for (size_t i = 0; i < sizeof Ss / sizeof Ss[0]; i++) {
-            size_t n = (i % 3 == 0) ? 2048 : 32 * (1 + rnd() % 40), rows = 8 * (1 + rnd() % 4);
+            size_t n = (i % 3 == 0) ? 2048 : bk * (1 + rnd() % (1280 / bk)), rows = 8 * (1 + rnd() % 4);
             size_t r0 = 8 * (rnd() % 2 ? 0 : rows / 16), r1 = rows - 8 * (rnd() % 2) * (rows > r0 + 8);
             packed_case(types[t], n, Ss[i], rows, r0, r1, rnd() & 1);
         }
         /* wide enough that the kernel splits the columns into L2-sized chunks (24 + 16) */
-        packed_case(types[t], 5632, 40, 16, 8, 16, true);
+        packed_case(types[t], 5632, 40, 16, 8, 16, true); /* 5632 = 88 x 64 */
         CHECK(!rl_pack_supported(types[t], 12, 64), "rows not a multiple of 8 must not be packable");
     }
     CHECK(!rl_pack_supported(RL_Q4_K, 8, 256), "Q4_K has no packed form");
@@ -454,7 +462,7 @@ static void test_packed(void) {
  * packed (Q4_0 / Q8_0). Catches an integer dot whose intermediate sums overflow (e.g. int16 sums
  * of more than two int8 products). */
 static void test_int_extremes(void) {
-    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1};
+    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_RQ4};
     enum { ROWS = 16, N = 512, S = 5 };
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         uint32_t type = types[t];
@@ -462,11 +470,13 @@ static void test_int_extremes(void) {
         uint8_t *w = malloc(rb * ROWS), *wp = malloc(rb * ROWS);
         static float x[N * S], y[ROWS * S], yr[ROWS * S];
         static rl_q8a xq[N / RL_QK * S];
-        const bool offs = type == RL_Q5_1 || type == RL_Q4_1; /* d * q + m: all codes at their top */
+        /* d * q + m: all codes at their top (RQ4: d, m at the block's end) */
+        const bool offs = type == RL_Q5_1 || type == RL_Q4_1 || type == RL_RQ4;
+        const size_t doff = type == RL_RQ4 ? bs - 4 : 0;
         memset(w, type == RL_Q8_0 ? 0x80 : offs ? 0xFF : 0x00, rb * ROWS);
         for (size_t b = 0; b < rb * ROWS / bs; b++) {
-            put_f16(w + b * bs, 0.01f);
-            if (offs) put_f16(w + b * bs + 2, 0.02f);
+            put_f16(w + b * bs + doff, 0.01f);
+            if (offs) put_f16(w + b * bs + doff + 2, 0.02f);
         }
         for (size_t i = 0; i < N * S; i++) x[i] = -1.0f;
         for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * N, xq + s * (N / RL_QK), N);
@@ -482,7 +492,7 @@ static void test_int_extremes(void) {
                 rl_mm_rows_ref(&m, 0, ROWS);
                 int bad = 0;
                 for (size_t i = 0; i < ROWS * Sc; i++) bad += fabsf(y[i] - yr[i]) > 1e-5f * fabsf(yr[i]);
-                /* every product is (negative weight) x (-1), Q5_1's (0.31 + 0.02) x (-1) */
+                /* every product is (negative weight) x (-1), Q5_1's (0.31 + 0.02) x (-1), RQ4's (0.15 + 0.02) x (-1) */
                 CHECK(bad == 0 && (offs ? yr[0] < 0 : yr[0] > 0), "%s extremes packed=%d S=%zu: %d results differ (%g vs %g)",
                       rl_type_name(type), packed, Sc, bad, y[0], yr[0]);
             }
