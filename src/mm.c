@@ -500,11 +500,7 @@ AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int 
     const rl_q8a *a[8];
     __m256 acc[8];
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
-    RL_UNROLL
-    for (int c = 0; c < C; c++) {
-        a[c] = m->xq + (s + (size_t)c) * nb;
-        acc[c] = _mm256_setzero_ps();
-    }
+    x8_begin(m, s, C, nb, a, acc);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * gbs;
         if (C == 1 && PF_BLOCKS) _mm_prefetch((const char *)(blk + PF_BLOCKS * gbs), _MM_HINT_T0);
@@ -551,13 +547,7 @@ AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int 
             acc[c] = _mm256_fmadd_ps(dw, t, acc[c]);
         }
     }
-    RL_UNROLL
-    for (int c = 0; c < C; c++) {
-        float *y = m->y + (s + (size_t)c) * m->ys + r;
-        __m256 v = acc[c];
-        if (m->accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(y));
-        _mm256_storeu_ps(y, v);
-    }
+    x8_store(m, r, s, C, acc);
 }
 
 /* Columns per prefill tile: 6 int sums + 6 float accumulators + the unpacked weight register,

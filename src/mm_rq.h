@@ -130,11 +130,7 @@ AINLINE void tile_rq4_x8(const rl_mm *m, size_t r, size_t s, const int C) {
     const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
     const rl_q8a *a[RQ4_XC];
     __m256 acc[RQ4_XC];
-    RL_UNROLL
-    for (int c = 0; c < C; c++) {
-        a[c] = m->xq + (s + (size_t)c) * na;
-        acc[c] = _mm256_setzero_ps();
-    }
+    x8_begin(m, s, C, na, a, acc);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * gbs;
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
@@ -162,13 +158,7 @@ AINLINE void tile_rq4_x8(const rl_mm *m, size_t r, size_t s, const int C) {
             }
         }
     }
-    RL_UNROLL
-    for (int c = 0; c < C; c++) {
-        float *y = m->y + (s + (size_t)c) * m->ys + r;
-        __m256 v = acc[c];
-        if (m->accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(y));
-        _mm256_storeu_ps(y, v);
-    }
+    x8_store(m, r, s, C, acc);
 }
 
 AINLINE void rows_rq4_x8(const rl_mm *m, size_t r0, size_t r1) {

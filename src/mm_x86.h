@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "mm_tq.h"
+#include "quant.h"
 
 /* An empty asm that claims to modify v: GCC can no longer reassociate a chain of integer adds
  * through it. Without it, GCC turns the x8 tiles' per-column add chains into chains evaluated last,
@@ -25,6 +26,26 @@ static inline __attribute__((always_inline)) __m256i bc4(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, sizeof v);
     return _mm256_set1_epi32(v);
+}
+
+/* The 256-bit x8 tiles' (8 interleaved rows from r, C columns from s) two ends: column c's
+ * activations (na blocks a column) and a zero accumulator; then each column's 8 sums stored at
+ * its y rows r..r+7 (added to them with accumulate). */
+static inline __attribute__((always_inline)) void x8_begin(const rl_mm *m, size_t s, const int C, size_t na,
+                                                           const rl_q8a **a, __m256 *acc) {
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+        a[c] = m->xq + (s + (size_t)c) * na;
+        acc[c] = _mm256_setzero_ps();
+    }
+}
+static inline __attribute__((always_inline)) void x8_store(const rl_mm *m, size_t r, size_t s, const int C,
+                                                           const __m256 *acc) {
+    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {
+        float *y = m->y + (s + (size_t)c) * m->ys + r;
+        __m256 v = acc[c];
+        if (m->accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(y));
+        _mm256_storeu_ps(y, v);
+    }
 }
 
 /* The sum of the 8 lanes, in a fixed order. */
