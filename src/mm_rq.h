@@ -1,6 +1,6 @@
 /* The AVX2 fast path of rawloop's code types RQ2 and RQ4 (64-value blocks with (d, m)): row-major
- * (rows_rq) and RQ4's row-interleaved form (rows_rq4_x8), shared by mm.c's AVX2 build and mm_avx512.c (whose builds include AVX2; 512-bit lanes would only halve
- * the 32-value halves). Included inside those files after their AINLINE, RL_UNROLL, ld_h and
+ * (rows_rq) and RQ4's row-interleaved form (rows_rq4_x8), shared by mm.c's AVX2 build and
+ * mm_avx512.c (whose builds include AVX2; 512-bit lanes would only halve the 32-value halves). Included inside those files after their AINLINE, RL_UNROLL, ld_h and
  * put, which it uses; not a header for anything else. */
 #ifndef RL_MM_RQ_H
 #define RL_MM_RQ_H

@@ -1190,29 +1190,30 @@ static size_t packed_group(size_t bs, size_t row_bytes, size_t r, size_t b) {
 
 /* Block b of row r between its row-major form (blk) and its place in a packed matrix: to the
  * packed form when pack, else back. */
-static void packed_move(uint32_t type, uint8_t *packed, size_t row_bytes, size_t r, size_t b, uint8_t *blk, bool pack) {
-    const pack_fmt f = pack_fmt_of(type);
-    const size_t lane = r % RL_PACK_ROWS, qb = f.bs - f.hb;
-    uint8_t *g = packed + packed_group(f.bs, row_bytes, r, b);
-    for (size_t h = 0; h < f.hb; h += 2) {
-        uint8_t *pp = g + 8 * h + 2 * lane, *bp = blk + f.hoff + h;
+static void packed_move(const pack_fmt *f, uint8_t *packed, size_t row_bytes, size_t r, size_t b, uint8_t *blk, bool pack) {
+    const size_t lane = r % RL_PACK_ROWS, qb = f->bs - f->hb;
+    uint8_t *g = packed + packed_group(f->bs, row_bytes, r, b);
+    for (size_t h = 0; h < f->hb; h += 2) {
+        uint8_t *pp = g + 8 * h + 2 * lane, *bp = blk + f->hoff + h;
         memcpy(pack ? pp : bp, pack ? bp : pp, 2);
     }
     for (size_t j = 0; j < qb; j += 4) {
-        uint8_t *pp = g + 8 * f.hb + j * RL_PACK_ROWS + lane * 4, *bp = blk + f.qoff + j;
+        uint8_t *pp = g + 8 * f->hb + j * RL_PACK_ROWS + lane * 4, *bp = blk + f->qoff + j;
         memcpy(pack ? pp : bp, pack ? bp : pp, 4);
     }
 }
 
 void rl_pack_rows(uint32_t type, const void *w, size_t row_bytes, size_t rows, size_t n, void *dst) {
-    const size_t bs = rl_type_get(type)->size, nb = n / rl_type_get(type)->blck;
+    const pack_fmt f = pack_fmt_of(type);
+    const size_t nb = n / rl_type_get(type)->blck;
     for (size_t r = 0; r < rows; r++)
         for (size_t b = 0; b < nb; b++)
-            packed_move(type, dst, row_bytes, r, b, (uint8_t *)w + r * row_bytes + b * bs, true);
+            packed_move(&f, dst, row_bytes, r, b, (uint8_t *)w + r * row_bytes + b * f.bs, true);
 }
 
 void rl_packed_block(uint32_t type, const void *packed, size_t row_bytes, size_t r, size_t b, void *dst) {
-    packed_move(type, (uint8_t *)packed, row_bytes, r, b, dst, false);
+    const pack_fmt f = pack_fmt_of(type);
+    packed_move(&f, (uint8_t *)packed, row_bytes, r, b, dst, false);
 }
 
 /* Packed weights: the same computation with each block gathered back into row-major form
