@@ -1177,8 +1177,8 @@ static pack_fmt pack_fmt_of(uint32_t type) {
 }
 
 bool rl_pack_format(uint32_t type, size_t rows, size_t n) {
-    const size_t blck = type == RL_RQ4 ? RL_QK_RQ4 : RL_QK;
-    return (type == RL_Q4_0 || type == RL_Q8_0 || type == RL_RQ4) && rows % RL_PACK_ROWS == 0 && n % blck == 0 && n > 0;
+    if (type != RL_Q4_0 && type != RL_Q8_0 && type != RL_RQ4) return false;
+    return rows % RL_PACK_ROWS == 0 && n > 0 && n % rl_type_get(type)->blck == 0;
 }
 
 /* Offset of the 8-row group holding row r's block b inside a packed matrix (bs: block bytes).
