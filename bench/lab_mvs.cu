@@ -1,7 +1,7 @@
 /* Kernel lab for decoding's streamed matvec (src/cuda/mvs.cu), on a GPU: where a launch's time
  * goes. Not a test; numbers for docs/PERF.md. Built by `make lab` (nvcc); run on the device:
  *
- *   lab_mvs [reps]
+ *   lab_mvs [reps] [sections: a comma list of 1, 1b, 2, 3, 4; default all]
  *
  * Every timing is a CUDA graph of K launches back to back (the decode graph's situation: each
  * launch's input is the previous one's output buffer, PDL as in decoding), replayed `reps`
@@ -21,7 +21,9 @@
  *  2. read-only kernels with the streamed matvec's access pattern (each warp two rows, 512
  *     contiguous bytes per row per step) and with a sequential pattern over the same bytes,
  *     to separate what DRAM gives each pattern from what the matvec's instructions cost;
- *  3. an empty kernel chained with PDL: the floor of a launch inside a graph. */
+ *  3. an empty kernel chained with PDL: the floor of a launch inside a graph;
+ *  4. RQ2, RQ4 and Q4_0 on tensors larger than the L2 (issue 5's 2-bit kernel goal), against
+ *     the read ceiling. */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -110,9 +112,13 @@ struct mat {
     size_t bytes;
 };
 
-/* Matrices of rows x n of type T carved one after another from the pool, as many as fit. */
+/* Matrices of rows x n of type T (Q4_0, Q8_0, RQ2, RQ4) carved one after another from the
+ * pool, as many as fit: random quants or codes, and the scale plane's halves (RQ2 / RQ4: d and
+ * m) written small. */
 static std::vector<mat> carve(pool &P, uint32_t T, int rows, int n) {
-    const size_t ub = T == RL_Q4_0 ? 16 : 32, nu = (size_t)n / 32, qb = nu * ub, sb = nu * 2;
+    const bool rq = T == RL_RQ2 || T == RL_RQ4;
+    const size_t vu = rq ? 64 : 32, ub = T == RL_Q4_0 || T == RL_RQ2 ? 16 : 32, nu = (size_t)n / vu;
+    const size_t qb = nu * ub, sb = nu * (rq ? 4 : 2);
     const size_t q_bytes = ((size_t)rows * qb + 255) & ~(size_t)255, s_bytes = ((size_t)rows * sb + 255) & ~(size_t)255;
     std::vector<mat> v;
     for (size_t off = 0; off + q_bytes + s_bytes <= P.bytes && v.size() < 4096; off += q_bytes + s_bytes) {
@@ -124,8 +130,8 @@ static std::vector<mat> carve(pool &P, uint32_t T, int rows, int n) {
         m.w.s_row = sb;
         m.w.rows = rows;
         m.w.cols = n;
-        m.bytes = (size_t)rows * nu * (ub + 2);
-        fill_half<<<64, 256>>>((__half *)m.w.s, (size_t)rows * n / 32, 0.002f);
+        m.bytes = (size_t)rows * (qb + sb);
+        fill_half<<<64, 256>>>((__half *)m.w.s, (size_t)rows * sb / 2, 0.002f);
         v.push_back(m);
     }
     CKL(cudaDeviceSynchronize());
@@ -160,10 +166,48 @@ static rl_mv_args chain_args(const std::vector<mat> &ms, int i, float *x, float 
 
 /* The trace kernel's staging hook: the stages that the launch did not prefetch before the wait,
  * issued once the input's loads are in flight (so that they do not queue ahead of them). */
-template <class W> struct lab_hook {
+template <class W> struct lab_hook : mv_hook {
     W *w;
     int rest;
     __device__ __forceinline__ void loading() const { w->prefetch(rest); }
+};
+
+/* The input by bulk copy (trace_kernel's XB; sm_90). The question: do the staging's loads of x
+ * from L2 wait behind the ring's cp.async copies in the SM's load path (the timeline put the
+ * staging at 2.3-3.9 us of a layer-sized launch, docs/PERF.md v2.17, v2.18)? Here thread 0
+ * moves the norm weights (before the wait) and x (after it) into shared memory by
+ * cp.async.bulk, which bypasses that path, counted on one mbarrier, and the staging reads
+ * those copies: the same values in the same order. (Answer, v2.19: no faster; a production
+ * knob built on it lost 4-14% in decoding and was removed.)
+ * buf: n floats for x, then n for the norm weights when a has them, then the barrier (8
+ * bytes); xb_bytes in all, 16-byte aligned. begin() ends with a block barrier. */
+__host__ __device__ inline size_t xb_bytes(int n, bool norm) { return (size_t)n * 4 * (norm ? 2 : 1) + 16; }
+
+struct xb_hook : mv_hook {
+    float *x, *w;
+    uint32_t bar;
+    __device__ __forceinline__ const float *norm_w(const rl_mv_args &) const { return w; }
+    __device__ __forceinline__ const float *input(const rl_mv_args &) const { return x; }
+
+    __device__ __forceinline__ void begin(const rl_mv_args &a, float *buf) {
+        x = buf;
+        w = a.norm_w ? buf + a.n : nullptr;
+        bar = rl_smem_addr(buf + (size_t)a.n * (a.norm_w ? 2 : 1));
+        if (threadIdx.x == 0) {
+            const uint32_t bytes = (uint32_t)a.n * 4;
+            mb_init(bar, 1);
+            mb_init_fence();
+            mb_expect(bar, w ? 2 * bytes : bytes);
+            if (w) bulk_copy(rl_smem_addr(w), a.norm_w, bytes, bar);
+        }
+        __syncthreads(); /* the barrier is initialised before any thread waits on it */
+    }
+    /* after the PDL wait: x's copy, then every thread waits for both */
+    __device__ __forceinline__ void fetch(const rl_mv_args &a) const {
+        if (threadIdx.x == 0) bulk_copy(rl_smem_addr(x), a.x, (uint32_t)a.n * 4, bar);
+        while (!mb_try(bar, 0)) {
+        }
+    }
 };
 
 /* mvs_kernel (non-GLU, 8-bit activations) with a ring of DS stages per warp (production takes
@@ -174,7 +218,7 @@ template <class W> struct lab_hook {
  * Variants: PRE stages prefetched before the wait (production DS - 1), the rest once the input
  * is being loaded (lab_hook); STAGE false: no staging at all (the values are wrong; the floor
  * of a launch without a prologue). */
-template <int T, int DS, int PRE = DS - 1, bool STAGE = true>
+template <int T, int DS, int PRE = DS - 1, bool STAGE = true, bool XB = false>
 __global__ void __launch_bounds__(512) trace_kernel(const __grid_constant__ rl_mv_args a, long long *tr, int on) {
     extern __shared__ __align__(16) float xs[];
     __shared__ double red[32];
@@ -186,12 +230,19 @@ __global__ void __launch_bounds__(512) trace_kernel(const __grid_constant__ rl_m
     long long *t = on ? tr + 8 * ((size_t)blockIdx.x * nw + warp) : nullptr;
     using W = mvs_warp<T, false, true, false, DS>;
     W w;
-    w.init(&a, (uint8_t *)xs + mvs_x_bytes(a.n, true) + (size_t)warp * DS * mvs_tr<T>::STAGE, blockIdx.x * nw + warp,
-           gridDim.x * nw);
+    uint8_t *rings = (uint8_t *)xs + mvs_x_bytes(a.n, true);
+    xb_hook xb;
+    if constexpr (XB) xb.begin(a, (float *)(rings + (size_t)nw * DS * mvs_tr<T>::STAGE));
+    w.init(&a, rings + (size_t)warp * DS * mvs_tr<T>::STAGE, blockIdx.x * nw + warp, gridDim.x * nw);
     w.prefetch(PRE);
     rl_pdl_wait();
     const long long c1 = clock64();
-    w.template run<true, STAGE>(xs, red, t ? t + 3 : nullptr, lab_hook<W>{&w, DS - 1 - PRE});
+    if constexpr (XB) {
+        xb.fetch(a);
+        w.template run<true, STAGE>(xs, red, t ? t + 3 : nullptr, xb);
+    } else {
+        w.template run<true, STAGE>(xs, red, t ? t + 3 : nullptr, lab_hook<W>{{}, &w, DS - 1 - PRE});
+    }
     if (t && lane == 0) {
         unsigned long long g1;
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
@@ -206,22 +257,24 @@ __global__ void __launch_bounds__(512) trace_kernel(const __grid_constant__ rl_m
  * the launch's earliest warp start (µs): percentiles over the warps. The variant
  * (trace_kernel's) is named in the ring column: PRE stages prefetched before the wait, no
  * staging (!STAGE). */
-template <int T, int DS, int PRE = DS - 1, bool STAGE = true>
+template <int T, int DS, int PRE = DS - 1, bool STAGE = true, bool XB = false>
 static void trace_row(const std::vector<mat> &ms, int n, int rows, const float *nw, float *x, float *y, int reps, bool norm) {
     const int W = 16, K = 64, ON = 40;
     /* shared memory padded as the production launch pads it (one 16-warp block per SM) */
     int optin = 0;
     CKL(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
-    const size_t smem = rl_mvs_pad((const void *)trace_kernel<T, DS, PRE, STAGE>, W,
-                                   mvs_x_bytes(n, true) + (size_t)W * DS * mvs_tr<T>::STAGE, (size_t)optin - 1024);
-    CKL(cudaFuncSetAttribute(trace_kernel<T, DS, PRE, STAGE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = rl_mvs_pad((const void *)trace_kernel<T, DS, PRE, STAGE, XB>, W,
+                                   mvs_x_bytes(n, true) + (size_t)W * DS * mvs_tr<T>::STAGE +
+                                       (XB ? xb_bytes(n, norm) : 0),
+                                   (size_t)optin - 1024);
+    CKL(cudaFuncSetAttribute(trace_kernel<T, DS, PRE, STAGE, XB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int occ = 0;
-    CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, trace_kernel<T, DS, PRE, STAGE>, W * 32, smem));
+    CKL(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, trace_kernel<T, DS, PRE, STAGE, XB>, W * 32, smem));
     const int blocks = lab_grid(rows, W, occ), nwarps = blocks * W;
     long long *tr;
     CKL(cudaMalloc(&tr, (size_t)nwarps * 8 * sizeof(long long)));
     double us = time_graph(st, K, reps, [&](int i) {
-        CKL((cudaError_t)rl_launch(trace_kernel<T, DS, PRE, STAGE>, dim3(blocks), dim3(W * 32), smem, st, true,
+        CKL((cudaError_t)rl_launch(trace_kernel<T, DS, PRE, STAGE, XB>, dim3(blocks), dim3(W * 32), smem, st, true,
                                    chain_args(ms, i, x, y, n, rows, norm ? nw : NULL), tr, (int)(i == ON)));
     });
     std::vector<long long> h((size_t)nwarps * 8);
@@ -239,7 +292,7 @@ static void trace_row(const std::vector<mat> &ms, int n, int rows, const float *
     static const char *ev[5] = {"start", "waited", "staged", "first stage", "end"};
     printf("| %s | %d | %d | %.1f | %s | %d stages, %d before the wait%s, %.2f us/launch, %.3f ns/cycle |",
            T == RL_Q4_0 ? "Q4_0" : "Q8_0", n, rows, ms[0].bytes / 1e6, norm ? "yes" : "no", DS, PRE,
-           STAGE ? "" : ", NO STAGING", us, r);
+           STAGE ? (XB ? ", input by bulk copy" : "") : ", NO STAGING", us, r);
     for (int e = 0; e < 5; e++) {
         std::vector<double> v(nwarps);
         for (int w = 0; w < nwarps; w++)
@@ -273,8 +326,9 @@ static void depth_row(const std::vector<mat> &ms, int n, int rows, const float *
 int main(int argc, char **argv) {
     const int reps = argc > 1 && atoi(argv[1]) > 0 ? atoi(argv[1]) : 20;
     /* the sections to run, as a comma list (default all): 1 (the production kernel and the
-     * depth rows), 1b (timelines), 2 (read patterns), 3 (the empty kernel) */
-    const char *only = argc > 2 ? argv[2] : "1,1b,2,3";
+     * depth rows), 1b (timelines), 2 (read patterns), 3 (the empty kernel), 4 (RQ2 / RQ4 /
+     * Q4_0 on tensors larger than the L2, against the read ceiling) */
+    const char *only = argc > 2 ? argv[2] : "1,1b,2,3,4";
     auto want = [&](const char *sec) {
         const size_t l = strlen(sec);
         for (const char *p = only; (p = strstr(p, sec)) != nullptr; p += l)
@@ -383,34 +437,29 @@ int main(int argc, char **argv) {
     kn.mv_blocks_per_sm = 8;
 
     /* 1b. timelines of one launch in the chain: per warp, µs from the launch's first warp start,
-     * min / p10 / median / max over the warps; on the QKV shape (and down's, and Q8_0's) how
-     * many ring stages go before the PDL wait (docs/PERF.md v2.18: faster here, not in decoding),
-     * and the floor without staging */
+     * min / p10 / median / max over the warps; on the QKV shape (and down's, and Q8_0's) the
+     * input by bulk copy (xb_hook), 2 ring stages before the PDL wait (docs/PERF.md v2.18:
+     * faster here, not in decoding), and the floor without staging */
     if (want("1b")) {
         printf("\n| type | n | rows | MB | norm | ring, time | start | PDL wait returned | input staged | first stage landed | end |\n"
                "| --- | ---: | ---: | ---: | --- | --- | --- | --- | --- | --- | --- |\n");
         for (int rows : {4096, 12288, 65536}) {
             std::vector<mat> ms = carve(P, RL_Q4_0, rows, 4096);
             trace_row<RL_Q4_0, 5>(ms, 4096, rows, nw, x, y, reps, true);
+            trace_row<RL_Q4_0, 5, 4, true, true>(ms, 4096, rows, nw, x, y, reps, true);
             if (rows != 12288) continue;
-            trace_row<RL_Q4_0, 5, 3>(ms, 4096, rows, nw, x, y, reps, true);
             trace_row<RL_Q4_0, 5, 2>(ms, 4096, rows, nw, x, y, reps, true);
-            trace_row<RL_Q4_0, 5, 1>(ms, 4096, rows, nw, x, y, reps, true);
-            trace_row<RL_Q4_0, 5, 0>(ms, 4096, rows, nw, x, y, reps, true);
             trace_row<RL_Q4_0, 5, 4, false>(ms, 4096, rows, nw, x, y, reps, true);
             trace_row<RL_Q4_0, 5>(ms, 4096, rows, nw, x, y, reps, false);
-            trace_row<RL_Q4_0, 5, 2>(ms, 4096, rows, nw, x, y, reps, false);
-            trace_row<RL_Q4_0, 8>(ms, 4096, rows, nw, x, y, reps, true);
-            trace_row<RL_Q4_0, 8, 3>(ms, 4096, rows, nw, x, y, reps, true);
-            trace_row<RL_Q4_0, 8, 7, false>(ms, 4096, rows, nw, x, y, reps, true);
+            trace_row<RL_Q4_0, 5, 4, true, true>(ms, 4096, rows, nw, x, y, reps, false);
         }
         std::vector<mat> ms = carve(P, RL_Q4_0, 4096, 11008);
         trace_row<RL_Q4_0, 5>(ms, 11008, 4096, nw, x, y, reps, false);
-        trace_row<RL_Q4_0, 5, 2>(ms, 11008, 4096, nw, x, y, reps, false);
+        trace_row<RL_Q4_0, 5, 4, true, true>(ms, 11008, 4096, nw, x, y, reps, false);
         trace_row<RL_Q4_0, 5, 4, false>(ms, 11008, 4096, nw, x, y, reps, false);
         std::vector<mat> m8 = carve(P, RL_Q8_0, 12288, 4096);
         trace_row<RL_Q8_0, 4>(m8, 4096, 12288, nw, x, y, reps, true);
-        trace_row<RL_Q8_0, 4, 1>(m8, 4096, 12288, nw, x, y, reps, true);
+        trace_row<RL_Q8_0, 4, 3, true, true>(m8, 4096, 12288, nw, x, y, reps, true);
         trace_row<RL_Q8_0, 4, 3, false>(m8, 4096, 12288, nw, x, y, reps, true);
     }
 
@@ -441,6 +490,54 @@ int main(int argc, char **argv) {
             });
             printf("| sequential (read_stream) | %.1f | | %.2f | %.0f |\n", bytes / 1e6, us, bytes / us / 1e3);
         }
+    }
+
+    /* 4. issue 5's kernel goal: the streamed matvec alone on tensors larger than the L2 (n =
+     * 4096, 8-bit activations, the norm, PDL, a chain as in 1), RQ2 beside RQ4 and Q4_0, by
+     * cp.async rings and by bulk pages; GB/s against the read ceiling measured as
+     * `rawloop bench` measures it (cuda_ceiling: the best of 5 passes of rl_read_stream over
+     * 2 GiB after a warm-up) */
+    if (want("4")) {
+        const size_t cb = (size_t)2 << 30;
+        double best = 0;
+        for (int r = 0; r < 6; r++) {
+            cudaEvent_t e0, e1;
+            CKL(cudaEventCreate(&e0));
+            CKL(cudaEventCreate(&e1));
+            CKL(cudaEventRecord(e0, st));
+            rl_read_stream_launch(P.buf, cb / 16, sink, n_sm * 4, st);
+            CKL(cudaEventRecord(e1, st));
+            CKL(cudaEventSynchronize(e1));
+            float ms = 0;
+            CKL(cudaEventElapsedTime(&ms, e0, e1));
+            if (r > 0) best = std::max(best, (double)cb / (ms * 1e-3) / 1e9);
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+        }
+        printf("\nread ceiling (rl_read_stream, 2 GiB, best of 5): %.0f GB/s\n", best);
+        printf("\n| type | rows | MB | copies | us/launch | GB/s | share of the ceiling |\n| --- | ---: | ---: | --- | ---: | ---: | ---: |\n");
+        for (uint32_t T : {RL_RQ2, RL_RQ4, RL_Q4_0})
+            for (int rows : {22016, 65536, 131072}) {
+                std::vector<mat> ms = carve(P, T, rows, 4096);
+                if (ms.size() < 4) continue;
+                for (int bulk = 0; bulk < 2; bulk++) {
+                    kn.mvb = bulk;
+                    kn.mvb_page = 8;
+                    kn.mvb_slots = 8;
+                    double us = time_graph(st, K, reps, [&](int i) {
+                        const rl_mv_args a = chain_args(ms, i, x, y, 4096, rows, nw);
+                        if (rl_mvs_launch(&a, &kn, n_sm, st) != 1 || rl_mvb_applies(&a, &kn) != (bulk != 0)) {
+                            fprintf(stderr, "lab_mvs: the streamed matvec did not launch as asked (bulk %d)\n", bulk);
+                            exit(1);
+                        }
+                    });
+                    const double gbps = ms[0].bytes / us / 1e3;
+                    printf("| %s | %d | %.1f | %s | %.2f | %.0f | %.1f%% |\n",
+                           T == RL_RQ2 ? "RQ2" : T == RL_RQ4 ? "RQ4" : "Q4_0", rows, ms[0].bytes / 1e6,
+                           bulk ? "bulk 8 KB, <= 8 slots" : "cp.async (production)", us, gbps, 100 * gbps / best);
+                }
+            }
+        kn.mvb = 0;
     }
 
     /* 3. an empty kernel, chained with and without PDL */

@@ -699,9 +699,13 @@ __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float 
 }
 
 /* mv_stage's hook: loading() runs once the input's first loads are issued (the kernel lab's
- * timeline issues ring stages there, bench/lab_mvs.cu); the default does nothing. */
+ * timeline issues ring stages there, bench/lab_mvs.cu); the default does nothing. norm_w() and
+ * input() say where the norm weights and a one-token input are read from (the streamed
+ * kernel's bulk-copied input reads copies in shared memory, mvs.cuh mvs_xb). */
 struct mv_hook {
     __device__ __forceinline__ void loading() const {}
+    __device__ __forceinline__ const float *norm_w(const rl_mv_args &a) const { return a.norm_w; }
+    __device__ __forceinline__ const float *input(const rl_mv_args &a) const { return a.x; }
 };
 
 /* Stages column x of the input at xs, RMS-normalised as the CPU does (sum of squares in
@@ -717,7 +721,7 @@ struct mv_hook {
 template <int XL, bool Q8, int B = 8, bool CG = false, bool F32 = true, class H = mv_hook>
 __device__ __forceinline__ void mv_stage(const rl_mv_args &a, const float *x, float *xs, double *red, const H &h = H()) {
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x;
-    const float *w = a.norm_w;
+    const float *w = h.norm_w(a);
     if constexpr (Q8) {
         const int nq = n / 8, lane = tid & 31;
         int8_t *xq = F32 ? (int8_t *)((char *)xs + xs_f32_bytes(n)) : (int8_t *)xs;

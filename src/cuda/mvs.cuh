@@ -209,7 +209,7 @@ template <int T, bool GLU, bool Q8, bool CG = false, int DS = mvs_tr<T>::D> stru
     __device__ __forceinline__ void run(float *xs, double *red, long long *tr = nullptr, const H &h = H()) {
         const int n = a->n, lane = threadIdx.x & 31;
         /* RQ2's 8-bit plane in the shift decoder's layout (the table decoder is not streamed) */
-        if (STAGE) mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, CG, false>(*a, a->x, xs, red, h);
+        if (STAGE) mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, CG, false>(*a, h.input(*a), xs, red, h);
         else h.loading();
         if (TRACE && tr && lane == 0) tr[0] = clock64();
         const mv_xin x(xs, n, Q8);
