@@ -9,14 +9,15 @@
  * flight are bounded by shared memory, not registers, and the loads run on across items. */
 #include "mvs.cuh"
 
-template <int T, bool GLU, bool Q8>
+/* DS: the ring's stages (mvs_tr D, or D16 in blocks of 16 warps) */
+template <int T, bool GLU, bool Q8, int DS>
 __global__ void __launch_bounds__(512) mvs_kernel(const __grid_constant__ rl_mv_args a) {
     extern __shared__ __align__(16) float xs[];
     __shared__ double red[32];
     rl_pdl_trigger();
     const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    mvs_warp<T, GLU, Q8> w;
-    w.init(&a, (uint8_t *)xs + mvs_x_bytes(a.n, Q8) + (size_t)warp * mvs_tr<T>::RING, blockIdx.x * nw + warp,
+    mvs_warp<T, GLU, Q8, false, DS> w;
+    w.init(&a, (uint8_t *)xs + mvs_x_bytes(a.n, Q8) + (size_t)warp * DS * mvs_tr<T>::STAGE, blockIdx.x * nw + warp,
            gridDim.x * nw);
     /* the first stages are weights only: in flight before waiting for the previous kernel */
     w.prefetch();
@@ -42,16 +43,22 @@ __global__ void __launch_bounds__(512) mvb_kernel(const __grid_constant__ rl_mv_
 typedef void (*mvs_fn)(const rl_mv_args);
 typedef void (*mvb_fn)(const rl_mv_args, const mvb_geom);
 
-template <int T> static mvs_fn mvs_pick(bool glu, bool q8) {
+template <int T, int DS> static mvs_fn mvs_pick_d(bool glu, bool q8) {
     if constexpr (q8_ok(T))
-        if (q8) return glu ? mvs_kernel<T, true, true> : mvs_kernel<T, false, true>;
-    return glu ? mvs_kernel<T, true, false> : mvs_kernel<T, false, false>;
+        if (q8) return glu ? mvs_kernel<T, true, true, DS> : mvs_kernel<T, false, true, DS>;
+    return glu ? mvs_kernel<T, true, false, DS> : mvs_kernel<T, false, false, DS>;
+}
+template <int T> static mvs_fn mvs_pick(bool glu, bool q8, bool w16) {
+    if constexpr (mvs_tr<T>::D16 != mvs_tr<T>::D)
+        if (w16) return mvs_pick_d<T, mvs_tr<T>::D16>(glu, q8);
+    return mvs_pick_d<T, mvs_tr<T>::D>(glu, q8);
 }
 
-/* NULL for a type that is not streamed (callers check mvs_type first) */
-static mvs_fn mvs_kernel_for(uint32_t type, bool glu, bool q8) {
+/* NULL for a type that is not streamed (callers check mvs_type first); w16: for blocks of 16
+ * warps or more (mvs_tr D16) */
+static mvs_fn mvs_kernel_for(uint32_t type, bool glu, bool q8, bool w16) {
     switch (type) {
-#define MVS_CASE(t) case t: return mvs_pick<t>(glu, q8);
+#define MVS_CASE(t) case t: return mvs_pick<t>(glu, q8, w16);
         RL_MVS_TYPES(MVS_CASE)
 #undef MVS_CASE
     default: return nullptr;
@@ -116,10 +123,14 @@ int rl_mvs_prepare(void) {
     for (uint32_t t : types)
         for (int g = 0; g < 2; g++)
             for (int q = 0; q < 2; q++) {
-                mvs_fn f = mvs_kernel_for(t, g, q);
-                size_t lim = mvs_smem_limit(f);
-                cudaError_t err = lim ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lim)
-                                      : cudaErrorInvalidValue;
+                size_t lim = 0;
+                cudaError_t err = cudaSuccess;
+                for (int w16 = 0; w16 < 2 && err == cudaSuccess; w16++) {
+                    mvs_fn f = mvs_kernel_for(t, g, q, w16);
+                    lim = mvs_smem_limit(f);
+                    err = lim ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lim)
+                              : cudaErrorInvalidValue;
+                }
                 if (err != cudaSuccess) return (int)err;
                 mvb_fn fb = mvb_kernel_for(t, g, q);
                 if (fb && (lim = mvs_smem_limit(fb)) &&
@@ -143,10 +154,15 @@ static int mvs_plan(const rl_mv_args *a, const rl_cuda_knobs *k, mvs_fn *f, size
     if (!rl_mvs_applies(a, k) || mv_items(*a, a->mode == RL_MV_GLU) < 1) return 0;
     const uint32_t type = a->seg[0].w.type;
     const bool q8 = a->fast && rl_mv_q8(type);
-    *f = mvs_kernel_for(type, a->mode == RL_MV_GLU, q8);
-    const size_t lim = mvs_smem_limit(*f), xb = mvs_x_bytes(a->n, q8), rb = mvs_ring_bytes((int)type);
+    *f = mvs_kernel_for(type, a->mode == RL_MV_GLU, q8, false);
+    const size_t lim = mvs_smem_limit(*f), xb = mvs_x_bytes(a->n, q8);
+    size_t rb = mvs_ring_bytes((int)type);
     int nw = k->mv_warps;
     while (nw > 1 && xb + nw * rb > lim) nw--;
+    if (nw >= 16) { /* the 16-warp ring (mvs_tr D16): no larger, so the warps still fit */
+        *f = mvs_kernel_for(type, a->mode == RL_MV_GLU, q8, true);
+        rb = mvs_ring_bytes((int)type, true);
+    }
     *smem = rl_mvs_pad((const void *)*f, nw, xb + nw * rb, lim);
     return lim && *smem <= lim ? nw : 0;
 }

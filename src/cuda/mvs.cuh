@@ -46,7 +46,12 @@ __host__ __device__ constexpr bool mvs_scaled(int T) {
 /* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
  * a ring of 6-12 KB. Q4_0 had 8 stages until the kernel lab timed the depth (docs/PERF.md
  * v2.17): at 5 a layer's tensors read ~1 us faster (QKV-sized 28.3 MB 11.57 against 12.59 us,
- * down-sized 25.4 MB 13.84 against 14.90), a 151 MB one 2% slower; Q8_0 is best at 4. */
+ * down-sized 25.4 MB 13.84 against 14.90), a 151 MB one 2% slower; Q8_0 is best at 4.
+ * RQ4 at 2 and RQ2 at 3 in 16-warp blocks (D16; 8 in smaller ones) were timed in decoding
+ * (v2.19, tg128): RQ4 4 -> 2 +6% on TinyLlama, +11% on Llama-2-7B; RQ2 8 -> 3 +12% on 7B,
+ * while TinyLlama's 8-warp blocks lost 3% at 4-6. A shallower ring leaves less queued in the
+ * memory system ahead of the input's loads when the PDL wait returns (the lab's timeline: the
+ * staging takes as long by bulk copy as by loads, v2.19). */
 template <int T> struct mvs_tr {
     static constexpr int NV = mv_tr<T>::NV; /* 16-byte pieces per unit (mv_tr CW values: 32, RQ2 64) */
     static constexpr bool S = mvs_scaled(T); /* has a scale plane */
@@ -54,13 +59,15 @@ template <int T> struct mvs_tr {
     static constexpr int QB = 32 * 16 * NV;                 /* one row's quants of a stage */
     static constexpr int ROW = QB + (S ? 32 * SB : 0);
     static constexpr int STAGE = 2 * ROW;
-    static constexpr int D = T == RL_Q4_0 ? 5 : T == RL_RQ2 ? 8 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ4) ? 4 : 3;
+    static constexpr int D = T == RL_Q4_0 ? 5 : T == RL_RQ2 ? 8 : T == RL_RQ4 ? 2 : (T == RL_Q8_0 || T == RL_FP8) ? 4 : 3;
+    static constexpr int D16 = T == RL_RQ2 ? 3 : D; /* in blocks of 16 warps or more */
     static constexpr int RING = D * STAGE; /* bytes of one warp's ring */
 };
 
-/* A warp's ring in bytes, for a type known at run time (0: not streamed). */
-__host__ __device__ constexpr size_t mvs_ring_bytes(int T) {
-#define MVS_RING(t) T == t ? (size_t)mvs_tr<t>::RING :
+/* A warp's ring in bytes (blocks of 16 warps or more: the D16 ring), for a type known at run
+ * time (0: not streamed). */
+__host__ __device__ constexpr size_t mvs_ring_bytes(int T, bool w16 = false) {
+#define MVS_RING(t) T == t ? (size_t)(w16 ? mvs_tr<t>::D16 : mvs_tr<t>::D) * mvs_tr<t>::STAGE :
     return RL_MVS_TYPES(MVS_RING) 0;
 #undef MVS_RING
 }
