@@ -700,8 +700,8 @@ __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float 
 
 /* mv_stage's hook: loading() runs once the input's first loads are issued (the kernel lab's
  * timeline issues ring stages there, bench/lab_mvs.cu); the default does nothing. norm_w() and
- * input() say where the norm weights and a one-token input are read from (the streamed
- * kernel's bulk-copied input reads copies in shared memory, mvs.cuh mvs_xb). */
+ * input() say where the norm weights and a one-token input are read from (the kernel lab's
+ * input by bulk copy reads copies in shared memory, bench/lab_mvs.cu xb_hook). */
 struct mv_hook {
     __device__ __forceinline__ void loading() const {}
     __device__ __forceinline__ const float *norm_w(const rl_mv_args &a) const { return a.norm_w; }
