@@ -369,6 +369,108 @@ AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int f) {
     }
 }
 
+/* ---- fast path: row-major RQ2 / RQ4 (64-value blocks, d and m at the block's end) -------- */
+
+/* A block's 64 codes (RQ2 0..3, RQ4 0..15) as four registers of 16 in weight order: v[0], v[1]
+ * the first 32-value half, v[2], v[3] the second. RQ4: Q4_0's nibble order per half (byte j of
+ * the half's 16 holds values j and j + 16). RQ2: weight 4i + k sits at bits 2k of byte i, so a
+ * table lookup spreads each byte over 4 lanes and a per-lane shift right by 2k and a mask take
+ * its code out. */
+AINLINE void rq_vals(const uint8_t *b, const bool four, int8x16_t v[4]) {
+    if (four) {
+        RL_UNROLL
+        for (int h = 0; h < 2; h++) {
+            const uint8x16_t raw = vld1q_u8(b + 16 * h);
+            v[2 * h] = vreinterpretq_s8_u8(vandq_u8(raw, vdupq_n_u8(0xF)));
+            v[2 * h + 1] = vreinterpretq_s8_u8(vshrq_n_u8(raw, 4));
+        }
+        return;
+    }
+    static const uint8_t spread[16] = {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+    static const int8_t shift[16] = {0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6, 0, -2, -4, -6};
+    const uint8x16_t raw = vld1q_u8(b), idx = vld1q_u8(spread);
+    const int8x16_t sh = vld1q_s8(shift);
+    RL_UNROLL
+    for (int j = 0; j < 4; j++) {
+        const uint8x16_t bytes = vqtbl1q_u8(raw, vaddq_u8(idx, vdupq_n_u8((uint8_t)(4 * j))));
+        v[j] = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(bytes, sh), vdupq_n_u8(3)));
+    }
+}
+
+/* R rows starting at r times C columns starting at s: per 32-value half, d * d_x * dot into a
+ * float accumulator per (row, column) and m * s_x into the column's min sums (lane k = row k),
+ * as tile_q does for Q4_1. Every (row, column) takes its terms in the same order whatever C
+ * is, so a batch gives decoding's bits. Codes are at most 15, so the baseline dot16's int16
+ * pair sums cannot overflow. */
+AINLINE void tile_rq(const rl_mm *m, size_t r, size_t s, const int R, const int C, const bool four) {
+    const size_t bs = four ? 36 : 20, nb = m->n / RL_QK_RQ2, na = m->n / RL_QK;
+    const uint8_t *w[4];
+    const rl_q8a *a[4];
+    float32x4_t acc[4][4], off[4];
+    RL_UNROLL
+    for (int k = 0; k < R; k++) w[k] = (const uint8_t *)m->w + (r + (size_t)k) * m->row_bytes;
+    RL_UNROLL
+    for (int c = 0; c < C; c++) {
+        a[c] = m->xq + (s + (size_t)c) * na;
+        off[c] = vdupq_n_f32(0);
+    }
+    RL_UNROLL
+    for (int k = 0; k < R; k++) {
+        RL_UNROLL
+        for (int c = 0; c < C; c++) acc[k][c] = vdupq_n_f32(0);
+    }
+    for (size_t b = 0; b < nb; b++) {
+        int8x16_t wq[4][4];
+        float dw[4];
+        _Alignas(16) float mw[4] = {0};
+        RL_UNROLL
+        for (int k = 0; k < R; k++) {
+            const uint8_t *blk = w[k] + b * bs;
+            rq_vals(blk, four, wq[k]);
+            dw[k] = ld_h(blk + bs - 4);
+            mw[k] = ld_h(blk + bs - 2);
+        }
+        const float32x4_t mv = vld1q_f32(mw);
+        RL_UNROLL
+        for (int c = 0; c < C; c++) {
+            RL_UNROLL
+            for (int h = 0; h < 2; h++) {
+                const rl_q8a *ab = &a[c][2 * b + (size_t)h];
+                const int8x16_t a0 = vld1q_s8(ab->qs), a1 = vld1q_s8(ab->qs + 16);
+                RL_UNROLL
+                for (int k = 0; k < R; k++) {
+                    const int32x4_t d = dot16(dot16(vdupq_n_s32(0), wq[k][2 * h], a0), wq[k][2 * h + 1], a1);
+                    acc[k][c] = vfmaq_n_f32(acc[k][c], vcvtq_f32_s32(d), dw[k] * ab->d);
+                }
+                off[c] = vfmaq_n_f32(off[c], mv, ab->s);
+            }
+        }
+    }
+    RL_UNROLL
+    for (int c = 0; c < C; c++) {
+        _Alignas(16) float o[4];
+        vst1q_f32(o, off[c]);
+        RL_UNROLL
+        for (int k = 0; k < R; k++) put(m, s + (size_t)c, r + (size_t)k, vaddvq_f32(acc[k][c]) + o[k], m->accumulate);
+    }
+}
+
+/* 4 rows x 2 columns: 8 accumulators, 16 code registers and 2 activation registers fit the 32
+ * vector registers. */
+AINLINE void rows_rq(const rl_mm *m, size_t r0, size_t r1, const bool four) {
+    size_t r = r0;
+    for (; r + TR <= r1; r += TR) {
+        size_t s = 0;
+        for (; s + 2 <= m->S; s += 2) tile_rq(m, r, s, TR, 2, four);
+        for (; s < m->S; s++) tile_rq(m, r, s, TR, 1, four);
+    }
+    for (; r < r1; r++) {
+        size_t s = 0;
+        for (; s + 2 <= m->S; s += 2) tile_rq(m, r, s, 1, 2, four);
+        for (; s < m->S; s++) tile_rq(m, r, s, 1, 1, four);
+    }
+}
+
 /* ---- fast path: row-interleaved (x8) Q4_0 / Q8_0 ----------------------------------------- */
 
 /* One group of 8 interleaved rows times C columns starting at s, all blocks; f is TQ_Q4_0 or
@@ -592,6 +694,8 @@ void rl_neon_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
     case RL_Q4_K:
     case RL_Q5_K:
     case RL_Q6_K: rows_k(m, r0, r1); return;
+    case RL_RQ2: rows_rq(m, r0, r1, false); return;
+    case RL_RQ4: rows_rq(m, r0, r1, true); return;
     default: rl_mm_rows_ref(m, r0, r1); return;
     }
 }

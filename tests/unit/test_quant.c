@@ -455,6 +455,48 @@ static void test_packed(void) {
     CHECK(!rl_pack_supported(RL_Q4_K, 8, 256), "Q4_K has no packed form");
 }
 
+/* ---- batch bits ---------------------------------------------------------------------------- */
+
+/* A column's result does not depend on how many columns share the call: prompts run in chunks
+ * must give decoding's bits (the engine's -b 1 = -b 64 logits). Every type, 8-bit activations
+ * and fp32, row-major and packed: 7 columns at once against each column alone, bit for bit. */
+static void test_batch_bits(void) {
+    enum { ROWS = 16, N = 512, S = 7 };
+    static float x[N * S], y[ROWS * S], y1[ROWS];
+    static rl_q8a xq[N / RL_QK * S];
+    for (size_t i = 0; i < N * S; i++) x[i] = rnd_gauss();
+    for (size_t s = 0; s < S; s++) rl_q8a_quant_row(x + s * N, xq + s * (N / RL_QK), N);
+    for (size_t t = 0; t < NTYPES; t++) {
+        const uint32_t type = k_types[t];
+        const size_t rb = rl_row_bytes(type, N);
+        uint8_t *w = malloc(rb * ROWS), *wp = malloc(rb * ROWS);
+        for (size_t r = 0; r < ROWS; r++) random_row(type, w + r * rb, N);
+        const bool packable = rl_pack_supported(type, ROWS, N);
+        if (packable) rl_pack_rows(type, w, rb, ROWS, N, wp);
+        int bad = 0;
+        for (int packed = 0; packed < 1 + packable; packed++)
+            for (int fast = 0; fast < 2; fast++) {
+                rl_mm m = {.type = type, .w = packed ? wp : w, .row_bytes = rb, .n = N, .S = S, .x = x,
+                           .xq = fast ? xq : NULL, .y = y, .ys = ROWS, .packed = packed};
+                for (size_t i = 0; i < ROWS * S; i++) y[i] = 1e30f; /* an unwritten result differs */
+                rl_mm_rows(&m, 0, ROWS);
+                for (size_t s = 0; s < S; s++) {
+                    for (size_t i = 0; i < ROWS; i++) y1[i] = -1e30f;
+                    rl_mm m1 = m;
+                    m1.S = 1;
+                    m1.x = x + s * N;
+                    m1.xq = fast ? xq + s * (N / RL_QK) : NULL;
+                    m1.y = y1;
+                    rl_mm_rows(&m1, 0, ROWS);
+                    bad += memcmp(y1, y + s * ROWS, sizeof y1) != 0;
+                }
+            }
+        CHECK(bad == 0, "%s: %d columns of a 7-column call differ from the column alone", rl_type_name(type), bad);
+        free(w);
+        free(wp);
+    }
+}
+
 /* ---- integer extremes ---------------------------------------------------------------------- */
 
 /* Largest integer products the fast path can meet: Q8_0 weights all -128 (Q4_0 / Q5_0 codes all
@@ -1118,6 +1160,7 @@ int main(int argc, char **argv) {
     test_kernels();
     test_packed();
     test_int_extremes();
+    test_batch_bits();
     test_rq2();
     test_rq4();
     test_q5();
