@@ -669,7 +669,8 @@ static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
         switch (m->type) {
         case RL_Q8_0: rows_x8(m, r0, r1, 0); return;
         case RL_Q4_0: rows_x8(m, r0, r1, 1); return;
-        case RL_RQ4: rows_rq4_x8(m, r0, r1); return;
+        case RL_RQ2: rows_rq_x8(m, r0, r1, false); return;
+        case RL_RQ4: rows_rq_x8(m, r0, r1, true); return;
         default: rl_mm_rows_ref(m, r0, r1); return;
         }
     }
@@ -706,7 +707,7 @@ void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
 
 bool rl_pack_supported(uint32_t type, size_t rows, size_t n) {
 #if !defined(RL_MM_AVX2) && !defined(RL_MM_AVX512)
-    if (type == RL_RQ4) return false; /* the reference would read it, slower than row-major */
+    if (type == RL_RQ2 || type == RL_RQ4) return false; /* the reference would read it, slower than row-major */
 #endif
     return rl_pack_format(type, rows, n);
 }

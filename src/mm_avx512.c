@@ -627,7 +627,8 @@ void rl_avx512_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
         switch (m->type) {
         case RL_Q8_0: rows_x8(m, r0, r1, 0); return;
         case RL_Q4_0: rows_x8(m, r0, r1, 1); return;
-        case RL_RQ4: rows_rq4_x8(m, r0, r1); return;
+        case RL_RQ2: rows_rq_x8(m, r0, r1, false); return;
+        case RL_RQ4: rows_rq_x8(m, r0, r1, true); return;
         default: rl_mm_rows_ref(m, r0, r1); return;
         }
     }

@@ -1,5 +1,5 @@
 /* The AVX2 fast path of rawloop's code types RQ2 and RQ4 (64-value blocks with (d, m)): row-major
- * (rows_rq) and RQ4's row-interleaved form (rows_rq4_x8), shared by mm.c's AVX2 build and
+ * (rows_rq) and the row-interleaved form (rows_rq_x8), shared by mm.c's AVX2 build and
  * mm_avx512.c (whose builds include AVX2; 512-bit lanes would only halve the 32-value halves). Included inside those files after their AINLINE, RL_UNROLL, ld_h and
  * put, which it uses; not a header for anything else. */
 #ifndef RL_MM_RQ_H
@@ -115,37 +115,60 @@ AINLINE void rows_rq(const rl_mm *m, size_t r0, size_t r1, const bool four) {
     }
 }
 
-/* Packed RQ4 (rl_pack_rows): group block b of 8 rows is 8 x 36 bytes: the 8 rows' d (fp16), their
- * m, then half h's quants in 4 chunks of 32 bytes (4 bytes of each row), chunk k holding bytes
- * 4k..4k+3 of the half: Q4_0's x8 layout with two factors. Per half, the 8 rows' integer dots
- * come out as one int32 vector (lane = row): Q4_0's x8 dot without its -8 offset (the codes
- * are 0..15; 8 maddubs pair sums of at most 2*15*127 per int16 lane), then acc += d * (dot *
- * da) and acc += m * s, as rows_rq's per-half step but for 8 rows at once. A column's sums do
- * not depend on C, so a batch gives decoding's bits. Columns are not chunked to L2 as
- * rows_x8's are: a tile of RQ4_XC columns at a time over the whole row. */
-#define RQ4_XC 4
-AINLINE void tile_rq4_x8(const rl_mm *m, size_t r, size_t s, const int C) {
-    const size_t nb = m->n / RL_QK_RQ4, na = m->n / RL_QK, gbs = RL_PACK_ROWS * 36;
+/* Packed RQ2 / RQ4 (rl_pack_rows): group block b of 8 rows is 8 x bs bytes: the 8 rows' d
+ * (fp16), their m, then the codes in chunks of 32 bytes (4 bytes of each row), chunk k holding
+ * code bytes 4k..4k+3 of the block: Q4_0's x8 layout with two factors. RQ4 (four): 8 chunks,
+ * half h in chunks 4h..4h+3 in Q4_0's nibble order (low nibbles values 4k.., high 16 + 4k..).
+ * RQ2: 4 chunks, half h in chunks 2h, 2h + 1; byte i of a row's 4 holds weights 16 (k % 2) +
+ * 4i + j of the half at bits 2j, so a shift by 2j and a mask give one code of each byte, and
+ * the activations go in transposed (rq2_act: dword j of lane q holds qs[16q + j + 4i], i =
+ * 0..3), from a copy per column and half. Per half, 8 maddubs per column give the 8 rows'
+ * integer dots as one int32 vector (lane = row; pair sums of at most 2*15*127, 8 of them per
+ * int16 lane), then acc += d * (dot * da) and acc += m * s, as rows_rq's per-half step but for
+ * 8 rows at once. A column's sums do not depend on C, so a batch gives decoding's bits.
+ * Columns are not chunked to L2 as rows_x8's are: a tile of RQ_XC columns at a time over the
+ * whole row. */
+#define RQ_XC 4
+AINLINE void tile_rq_x8(const rl_mm *m, size_t r, size_t s, const int C, const bool four) {
+    const size_t nb = m->n / RL_QK_RQ4, na = m->n / RL_QK, gbs = RL_PACK_ROWS * (four ? 36 : 20);
     const uint8_t *wg = (const uint8_t *)m->w + r * m->row_bytes;
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF);
-    const rl_q8a *a[RQ4_XC];
-    __m256 acc[RQ4_XC];
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    const rl_q8a *a[RQ_XC];
+    __m256 acc[RQ_XC];
+    _Alignas(32) int8_t tq[RQ_XC][32]; /* RQ2: a column's half, transposed */
     x8_begin(m, s, C, na, a, acc);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = wg + b * gbs;
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
         const __m256 dm = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
         for (size_t h = 0; h < 2; h++) {
-            __m256i sum[RQ4_XC];
+            __m256i sum[RQ_XC];
+            if (!four)
+                RL_UNROLL
+                for (int c = 0; c < C; c++) _mm256_store_si256((__m256i *)tq[c], rq2_act(&a[c][2 * b + h]));
             RL_UNROLL
-            for (int k = 0; k < 4; k++) {
-                const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 32 + 128 * h + 32 * k));
-                const __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            for (int k = 0; k < 4; k++) { /* two code registers and their activations' offsets */
+                __m256i w0, w1;
+                int o0, o1;
+                if (four) {
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 32 + 128 * h + 32 * k));
+                    w0 = _mm256_and_si256(raw, m4);
+                    w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                    o0 = 4 * k;
+                    o1 = 16 + 4 * k;
+                } else { /* chunk 2h + k / 2, codes j = 2 (k % 2) and j + 1 */
+                    const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + 32 + 64 * h + 32 * (k / 2)));
+                    const int j = 2 * (k % 2);
+                    w0 = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j), m3);
+                    w1 = _mm256_and_si256(_mm256_srli_epi16(raw, 2 * j + 2), m3);
+                    o0 = 16 * (k / 2) + 4 * j;
+                    o1 = o0 + 4;
+                }
                 RL_UNROLL
                 for (int c = 0; c < C; c++) {
-                    const int8_t *q = a[c][2 * b + h].qs;
-                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc4(q + 4 * k)),
-                                                       _mm256_maddubs_epi16(hi, bc4(q + 16 + 4 * k)));
+                    const int8_t *q = four ? a[c][2 * b + h].qs : tq[c];
+                    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(w0, bc4(q + o0)),
+                                                       _mm256_maddubs_epi16(w1, bc4(q + o1)));
                     sum[c] = k ? _mm256_add_epi16(sum[c], p) : p;
                     RL_KEEP(sum[c]);
                 }
@@ -161,14 +184,14 @@ AINLINE void tile_rq4_x8(const rl_mm *m, size_t r, size_t s, const int C) {
     x8_store(m, r, s, C, acc);
 }
 
-AINLINE void rows_rq4_x8(const rl_mm *m, size_t r0, size_t r1) {
+AINLINE void rows_rq_x8(const rl_mm *m, size_t r0, size_t r1, const bool four) {
     for (size_t r = r0; r < r1; r += RL_PACK_ROWS) {
         size_t s = 0;
-        for (; s + RQ4_XC <= m->S; s += RQ4_XC) tile_rq4_x8(m, r, s, RQ4_XC);
+        for (; s + RQ_XC <= m->S; s += RQ_XC) tile_rq_x8(m, r, s, RQ_XC, four);
         switch (m->S - s) {
-        case 3: tile_rq4_x8(m, r, s, 3); break;
-        case 2: tile_rq4_x8(m, r, s, 2); break;
-        case 1: tile_rq4_x8(m, r, s, 1); break;
+        case 3: tile_rq_x8(m, r, s, 3, four); break;
+        case 2: tile_rq_x8(m, r, s, 2, four); break;
+        case 1: tile_rq_x8(m, r, s, 1, four); break;
         default: break;
         }
     }

@@ -1166,18 +1166,18 @@ static bool uses_fast_path(const rl_mm *m) {
 /* ---- row-interleaved (x8) weights --------------------------------------------------------- */
 
 /* A packable block's parts in its row-major form: hb bytes of fp16 factors at hoff (Q4_0 /
- * Q8_0: d first; RQ4: d, m last), the quants at qoff. */
+ * Q8_0: d first; RQ2 / RQ4: d, m last), the quants at qoff. */
 typedef struct pack_fmt {
     size_t bs, hb, hoff, qoff;
 } pack_fmt;
 
 static pack_fmt pack_fmt_of(uint32_t type) {
     const size_t bs = rl_type_get(type)->size;
-    return type == RL_RQ4 ? (pack_fmt){bs, 4, bs - 4, 0} : (pack_fmt){bs, 2, 0, 2};
+    return type == RL_RQ2 || type == RL_RQ4 ? (pack_fmt){bs, 4, bs - 4, 0} : (pack_fmt){bs, 2, 0, 2};
 }
 
 bool rl_pack_format(uint32_t type, size_t rows, size_t n) {
-    if (type != RL_Q4_0 && type != RL_Q8_0 && type != RL_RQ4) return false;
+    if (type != RL_Q4_0 && type != RL_Q8_0 && type != RL_RQ2 && type != RL_RQ4) return false;
     return rows % RL_PACK_ROWS == 0 && n > 0 && n % rl_type_get(type)->blck == 0;
 }
 

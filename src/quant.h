@@ -108,10 +108,10 @@ void rl_mm_rows_ref(const rl_mm *m, size_t r0, size_t r1);
  * bytes and get one int32 per row without any horizontal sum, and decode streams one
  * contiguous array. Same byte count as the row-major form. */
 #define RL_PACK_ROWS 8
-/* True when the packed form exists for this matrix (Q4_0 / Q8_0 / RQ4, rows a multiple of 8). */
+/* True when the packed form exists for this matrix (Q4_0 / Q8_0 / RQ2 / RQ4, rows a multiple of 8). */
 bool rl_pack_format(uint32_t type, size_t rows, size_t n);
 /* True when this build's kernels read the matrix packed, so the engine packs it: the packed
- * form, and for RQ4 an x86 build (its packed kernel is AVX2; elsewhere RQ4 stays row-major). */
+ * form, and for RQ2 / RQ4 an x86 build (their packed kernel is AVX2; elsewhere they stay row-major). */
 bool rl_pack_supported(uint32_t type, size_t rows, size_t n);
 /* Repacks rows x n weights (row-major, row_bytes apart) into dst (rows * row_bytes bytes). */
 void rl_pack_rows(uint32_t type, const void *w, size_t row_bytes, size_t rows, size_t n, void *dst);

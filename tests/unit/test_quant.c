@@ -432,15 +432,20 @@ static void packed_case(uint32_t type, size_t n, size_t S, size_t rows, size_t r
 }
 
 static void test_packed(void) {
-    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_RQ4};
+    const uint32_t types[] = {RL_Q4_0, RL_Q8_0, RL_RQ2, RL_RQ4};
     const size_t Ss[] = {1, 2, 3, 4, 5, 7, 8, 9};
+    const uint32_t rq[] = {RL_RQ2, RL_RQ4};
+    for (size_t i = 0; i < 2; i++) {
+        const uint32_t ty = rq[i];
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-    CHECK(rl_pack_supported(RL_RQ4, 8, 64) && rl_mm_row_tile(RL_RQ4) == 8, "an AVX2 build packs RQ4");
+        CHECK(rl_pack_supported(ty, 8, 64) && rl_mm_row_tile(ty) == 8, "an AVX2 build packs %s", rl_type_name(ty));
 #else
-    CHECK(!rl_pack_supported(RL_RQ4, 8, 64) && rl_pack_format(RL_RQ4, 8, 64), "RQ4 has a packed form, read only by AVX2");
+        CHECK(!rl_pack_supported(ty, 8, 64) && rl_pack_format(ty, 8, 64), "%s has a packed form, read only by AVX2",
+              rl_type_name(ty));
 #endif
+    }
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
-        if (!rl_pack_supported(types[t], 8, 64)) continue; /* RQ4 outside x86: checked above */
+        if (!rl_pack_supported(types[t], 8, 64)) continue; /* RQ2 / RQ4 outside x86: checked above */
         const size_t bk = rl_type_get(types[t])->blck;
         if (bk > RL_QK) CHECK(!rl_pack_supported(types[t], 8, bk + RL_QK), "%s: n not a multiple of its block", rl_type_name(types[t]));
         for (size_t i = 0; i < sizeof Ss / sizeof Ss[0]; i++) {
@@ -500,11 +505,11 @@ static void test_batch_bits(void) {
 /* ---- integer extremes ---------------------------------------------------------------------- */
 
 /* Largest integer products the fast path can meet: Q8_0 weights all -128 (Q4_0 / Q5_0 codes all
- * 0, i.e. -8 / -16; Q5_1 codes all 31) against activations quantized to -127, row-major and
- * packed (Q4_0 / Q8_0). Catches an integer dot whose intermediate sums overflow (e.g. int16 sums
+ * 0, i.e. -8 / -16; Q5_1 codes all 31, RQ2 3, RQ4 15) against activations quantized to -127,
+ * row-major and packed (Q4_0 / Q8_0, and RQ2 / RQ4 in x86 builds). Catches an integer dot whose intermediate sums overflow (e.g. int16 sums
  * of more than two int8 products). */
 static void test_int_extremes(void) {
-    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_RQ4};
+    const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_RQ2, RL_RQ4};
     enum { ROWS = 16, N = 512, S = 5 };
     for (size_t t = 0; t < sizeof types / sizeof *types; t++) {
         uint32_t type = types[t];
@@ -513,8 +518,8 @@ static void test_int_extremes(void) {
         static float x[N * S], y[ROWS * S], yr[ROWS * S];
         static rl_q8a xq[N / RL_QK * S];
         /* d * q + m: all codes at their top (RQ4: d, m at the block's end) */
-        const bool offs = type == RL_Q5_1 || type == RL_Q4_1 || type == RL_RQ4;
-        const size_t doff = type == RL_RQ4 ? bs - 4 : 0;
+        const bool offs = type == RL_Q5_1 || type == RL_Q4_1 || type == RL_RQ2 || type == RL_RQ4;
+        const size_t doff = type == RL_RQ2 || type == RL_RQ4 ? bs - 4 : 0;
         memset(w, type == RL_Q8_0 ? 0x80 : offs ? 0xFF : 0x00, rb * ROWS);
         for (size_t b = 0; b < rb * ROWS / bs; b++) {
             put_f16(w + b * bs + doff, 0.01f);
@@ -534,7 +539,8 @@ static void test_int_extremes(void) {
                 rl_mm_rows_ref(&m, 0, ROWS);
                 int bad = 0;
                 for (size_t i = 0; i < ROWS * Sc; i++) bad += fabsf(y[i] - yr[i]) > 1e-5f * fabsf(yr[i]);
-                /* every product is (negative weight) x (-1), Q5_1's (0.31 + 0.02) x (-1), RQ4's (0.15 + 0.02) x (-1) */
+                /* every product is (negative weight) x (-1), Q5_1's (0.31 + 0.02) x (-1), RQ2's (0.03 +
+                 * 0.02) x (-1), RQ4's (0.15 + 0.02) x (-1) */
                 CHECK(bad == 0 && (offs ? yr[0] < 0 : yr[0] > 0), "%s extremes packed=%d S=%zu: %d results differ (%g vs %g)",
                       rl_type_name(type), packed, Sc, bad, y[0], yr[0]);
             }
