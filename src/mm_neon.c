@@ -292,6 +292,39 @@ static void exact_rows(const rl_mm *m, size_t r0, size_t r1) {
 
 /* ---- fast path: row-major Q8_0 / Q4_0 / Q5_0 / Q5_1 tiles --------------------------------- */
 
+/* A row-major tile's start and end (tile_q, tile_rq): the R rows' weights and the C columns'
+ * activations (na blocks of 32 a column), zeroed accumulators and min sums; at the end each
+ * (row, column)'s horizontal sum, plus its min sum where the format has one. */
+AINLINE void tile_begin(const rl_mm *m, size_t r, size_t s, const int R, const int C, size_t na, const uint8_t **w,
+                        const rl_q8a **a, float32x4_t acc[4][4], float32x4_t *off) {
+    RL_UNROLL
+    for (int k = 0; k < R; k++) w[k] = (const uint8_t *)m->w + (r + (size_t)k) * m->row_bytes;
+    RL_UNROLL
+    for (int c = 0; c < C; c++) {
+        a[c] = m->xq + (s + (size_t)c) * na;
+        off[c] = vdupq_n_f32(0);
+    }
+    RL_UNROLL
+    for (int k = 0; k < R; k++) {
+        RL_UNROLL
+        for (int c = 0; c < C; c++) acc[k][c] = vdupq_n_f32(0);
+    }
+}
+AINLINE void tile_end(const rl_mm *m, size_t r, size_t s, const int R, const int C, float32x4_t acc[4][4],
+                      const float32x4_t *off, const bool mins) {
+    RL_UNROLL
+    for (int c = 0; c < C; c++) {
+        _Alignas(16) float o[4];
+        vst1q_f32(o, off[c]);
+        RL_UNROLL
+        for (int k = 0; k < R; k++) {
+            float v = vaddvq_f32(acc[k][c]);
+            if (mins) v += o[k];
+            put(m, s + (size_t)c, r + (size_t)k, v, m->accumulate);
+        }
+    }
+}
+
 /* R rows starting at r times C columns starting at s, weight format f: each weight block is
  * unpacked once per tile, each activation block loaded once per tile; per (row, column) the
  * block's int32 lanes are converted and scaled by dw*da into a float accumulator (one
@@ -301,18 +334,7 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
     const uint8_t *w[4];
     const rl_q8a *a[4];
     float32x4_t acc[4][4], off[4];
-    RL_UNROLL
-    for (int k = 0; k < R; k++) w[k] = (const uint8_t *)m->w + (r + (size_t)k) * m->row_bytes;
-    RL_UNROLL
-    for (int c = 0; c < C; c++) {
-        a[c] = m->xq + (s + (size_t)c) * nb;
-        off[c] = vdupq_n_f32(0);
-    }
-    RL_UNROLL
-    for (int k = 0; k < R; k++) {
-        RL_UNROLL
-        for (int c = 0; c < C; c++) acc[k][c] = vdupq_n_f32(0);
-    }
+    tile_begin(m, r, s, R, C, nb, w, a, acc, off);
     for (size_t b = 0; b < nb; b++) {
         int8x16_t wq[4][2];
         float dw[4];
@@ -336,17 +358,7 @@ AINLINE void tile_q(const rl_mm *m, size_t r, size_t s, const int R, const int C
             if (tq_min(f)) off[c] = vfmaq_n_f32(off[c], vld1q_f32(mw), ab->s);
         }
     }
-    RL_UNROLL
-    for (int c = 0; c < C; c++) {
-        _Alignas(16) float o[4];
-        vst1q_f32(o, off[c]);
-        RL_UNROLL
-        for (int k = 0; k < R; k++) {
-            float v = vaddvq_f32(acc[k][c]);
-            if (tq_min(f)) v += o[k];
-            put(m, s + (size_t)c, r + (size_t)k, v, m->accumulate);
-        }
-    }
+    tile_end(m, r, s, R, C, acc, off, tq_min(f));
 }
 
 /* 4 rows x 4 columns: 16 accumulators + 8 weight registers + 2 activation registers fit the
@@ -407,18 +419,7 @@ AINLINE void tile_rq(const rl_mm *m, size_t r, size_t s, const int R, const int 
     const uint8_t *w[4];
     const rl_q8a *a[4];
     float32x4_t acc[4][4], off[4];
-    RL_UNROLL
-    for (int k = 0; k < R; k++) w[k] = (const uint8_t *)m->w + (r + (size_t)k) * m->row_bytes;
-    RL_UNROLL
-    for (int c = 0; c < C; c++) {
-        a[c] = m->xq + (s + (size_t)c) * na;
-        off[c] = vdupq_n_f32(0);
-    }
-    RL_UNROLL
-    for (int k = 0; k < R; k++) {
-        RL_UNROLL
-        for (int c = 0; c < C; c++) acc[k][c] = vdupq_n_f32(0);
-    }
+    tile_begin(m, r, s, R, C, na, w, a, acc, off);
     for (size_t b = 0; b < nb; b++) {
         int8x16_t wq[4][4];
         float dw[4];
@@ -446,13 +447,7 @@ AINLINE void tile_rq(const rl_mm *m, size_t r, size_t s, const int R, const int 
             }
         }
     }
-    RL_UNROLL
-    for (int c = 0; c < C; c++) {
-        _Alignas(16) float o[4];
-        vst1q_f32(o, off[c]);
-        RL_UNROLL
-        for (int k = 0; k < R; k++) put(m, s + (size_t)c, r + (size_t)k, vaddvq_f32(acc[k][c]) + o[k], m->accumulate);
-    }
+    tile_end(m, r, s, R, C, acc, off, true);
 }
 
 /* 4 rows x 2 columns: 8 accumulators, 16 code registers and 2 activation registers fit the 32
