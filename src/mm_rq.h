@@ -119,10 +119,10 @@ AINLINE void rows_rq(const rl_mm *m, size_t r0, size_t r1, const bool four) {
  * (fp16), their m, then the codes in chunks of 32 bytes (4 bytes of each row), chunk k holding
  * code bytes 4k..4k+3 of the block: Q4_0's x8 layout with two factors. RQ4 (four): 8 chunks,
  * half h in chunks 4h..4h+3 in Q4_0's nibble order (low nibbles values 4k.., high 16 + 4k..).
- * RQ2: 4 chunks, half h in chunks 2h, 2h + 1; byte i of a row's 4 holds weights 16 (k % 2) +
- * 4i + j of the half at bits 2j, so a shift by 2j and a mask give one code of each byte, and
- * the activations go in transposed (rq2_act: dword j of lane q holds qs[16q + j + 4i], i =
- * 0..3), from a copy per column and half. Per half, 8 maddubs per column give the 8 rows'
+ * RQ2: 4 chunks, half h in chunks 2h + q (q = 0, 1); byte i of a row's 4 in chunk 2h + q
+ * holds weights 16q + 4i + j of the half at bits 2j, so a shift by 2j and a mask give one code
+ * of each byte, and the activations go in transposed (rq2_act: dword j of lane q holds
+ * qs[16q + j + 4i], i = 0..3), from a copy per column and half. Per half, 8 maddubs per column give the 8 rows'
  * integer dots as one int32 vector (lane = row; pair sums of at most 2*15*127, 8 of them per
  * int16 lane), then acc += d * (dot * da) and acc += m * s, as rows_rq's per-half step but for
  * 8 rows at once. A column's sums do not depend on C, so a batch gives decoding's bits.
