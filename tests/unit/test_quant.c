@@ -506,8 +506,8 @@ static void test_batch_bits(void) {
 
 /* Largest integer products the fast path can meet: Q8_0 weights all -128 (Q4_0 / Q5_0 codes all
  * 0, i.e. -8 / -16; Q5_1 codes all 31, RQ2 3, RQ4 15) against activations quantized to -127,
- * row-major and packed (Q4_0 / Q8_0, and RQ2 / RQ4 in x86 builds). Catches an integer dot whose intermediate sums overflow (e.g. int16 sums
- * of more than two int8 products). */
+ * row-major and packed (Q4_0 / Q8_0, and RQ2 / RQ4 in x86 builds). Catches an integer dot
+ * whose intermediate sums overflow (e.g. int16 sums of more than two int8 products). */
 static void test_int_extremes(void) {
     const uint32_t types[] = {RL_Q8_0, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_RQ2, RL_RQ4};
     enum { ROWS = 16, N = 512, S = 5 };
@@ -517,7 +517,7 @@ static void test_int_extremes(void) {
         uint8_t *w = malloc(rb * ROWS), *wp = malloc(rb * ROWS);
         static float x[N * S], y[ROWS * S], yr[ROWS * S];
         static rl_q8a xq[N / RL_QK * S];
-        /* d * q + m: all codes at their top (RQ4: d, m at the block's end) */
+        /* d * q + m: all codes at their top (RQ2 / RQ4: d, m at the block's end) */
         const bool offs = type == RL_Q5_1 || type == RL_Q4_1 || type == RL_RQ2 || type == RL_RQ4;
         const size_t doff = type == RL_RQ2 || type == RL_RQ4 ? bs - 4 : 0;
         memset(w, type == RL_Q8_0 ? 0x80 : offs ? 0xFF : 0x00, rb * ROWS);
