@@ -34,7 +34,7 @@ struct rl_cpu {
     size_t kv_row;    /* bytes per cached position (all kv heads) */
     float *att;       /* [n_threads][n_ctx] attention scores */
     float *inv_freq;  /* [rope_dim/2] */
-    /* Weights repacked at load (rl_pack_rows, row-interleaved Q4_0/Q8_0/RQ4) for the fast path:
+    /* Weights repacked at load (rl_pack_rows, row-interleaved Q4_0/Q8_0/RQ2/RQ4) for the fast path:
      * lay/output are copies of the model's matrices with data pointing into pack where a
      * matrix was repacked. pack_bytes extra memory (the mmapped originals stay mapped). */
     rl_layer *lay;     /* [n_layer] */
