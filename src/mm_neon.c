@@ -470,9 +470,9 @@ AINLINE void rows_rq(const rl_mm *m, size_t r0, size_t r1, const bool four) {
 
 /* One group of 8 interleaved rows times C columns starting at s, all blocks; f is TQ_Q4_0 or
  * TQ_Q8_0, the only formats NEON builds pack (rl_pack_supported). A 32-byte chunk k of a block
- * holds quant bytes 4k..4k+3 of rows 0..7: two 16-byte registers (rows 0-3, rows 4-7), each dotted with the
- * column's 4 matching activation bytes broadcast. Q4_0's low nibbles are values 4k.., its high
- * nibbles values 16+4k.. of the same rows. */
+ * holds quant bytes 4k..4k+3 of rows 0..7: two 16-byte registers (rows 0-3, rows 4-7), each
+ * dotted with the column's 4 matching activation bytes broadcast. Q4_0's low nibbles are values
+ * 4k.., its high nibbles values 16+4k.. of the same rows. */
 AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int f) {
     const size_t bs = tq_bs(f), nb = m->n / RL_QK, gbs = 8 * bs;
     const uint8_t *wg = (const uint8_t *)m->w + r * m->row_bytes;
