@@ -100,13 +100,13 @@ void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1);
 /* Scalar reference of the same computation (the oracle for the SIMD kernels). */
 void rl_mm_rows_ref(const rl_mm *m, size_t r0, size_t r1);
 
-/* Row-interleaved ("x8") weights, Q4_0, Q8_0 and RQ4: groups of RL_PACK_ROWS rows, and within a
- * group, block b of all 8 rows together: the 8 rows' fp16 factors, one 16-byte run per factor
- * (Q4_0 / Q8_0: d; RQ4: d, then m), then the quants with the rows interleaved every 4 bytes
- * (byte 32k + 4r + i of the quants = row r's quant byte 4k + i). One 32-byte load then holds 4
- * quant bytes of each of the 8 rows, so the kernels multiply it by 4 broadcast activation
- * bytes and get one int32 per row without any horizontal sum, and decode streams one
- * contiguous array. Same byte count as the row-major form. */
+/* Row-interleaved ("x8") weights, Q4_0, Q8_0, RQ2 and RQ4: groups of RL_PACK_ROWS rows, and
+ * within a group, block b of all 8 rows together: the 8 rows' fp16 factors, one 16-byte run per
+ * factor (Q4_0 / Q8_0: d; RQ2 / RQ4: d, then m), then the quants with the rows interleaved
+ * every 4 bytes (byte 32k + 4r + i of the quants = row r's quant byte 4k + i). One 32-byte load
+ * then holds 4 quant bytes of each of the 8 rows, so the kernels multiply it by 4 broadcast
+ * activation bytes and get one int32 per row without any horizontal sum, and decode streams
+ * one contiguous array. Same byte count as the row-major form. */
 #define RL_PACK_ROWS 8
 /* True when the packed form exists for this matrix (Q4_0 / Q8_0 / RQ2 / RQ4, rows a multiple of 8). */
 bool rl_pack_format(uint32_t type, size_t rows, size_t n);

@@ -44,7 +44,7 @@ __host__ __device__ constexpr bool mvs_scaled(int T) {
 }
 
 /* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
- * a ring of 6-12 KB. Q4_0 had 8 stages until the kernel lab timed the depth (docs/PERF.md
+ * a ring of 4-12 KB. Q4_0 had 8 stages until the kernel lab timed the depth (docs/PERF.md
  * v2.17): at 5 a layer's tensors read ~1 us faster (QKV-sized 28.3 MB 11.57 against 12.59 us,
  * down-sized 25.4 MB 13.84 against 14.90), a 151 MB one 2% slower; Q8_0 is best at 4.
  * RQ4 at 2 and RQ2 at 3 in 16-warp blocks (D16; 8 in smaller ones) were timed in decoding
