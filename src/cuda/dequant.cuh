@@ -117,29 +117,60 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *sc, i
     }
 }
 
-/* Q4_K / Q5_K: chunk c is sub-block c%8 of super-block c/8; value = d*sc*q - dmin*m, with the
- * product rounded before the subtraction as in the C reference (no FMA contraction). */
-template <bool FIVE>
-__device__ __forceinline__ void deq_qk45(const uint8_t *w, const uint8_t *, int c, float *v) {
-    const uint8_t *b = w + (size_t)(c / 8) * (FIVE ? 176 : 144);
+/* Q4_K as uploaded (matvec.cu repack_q4_k): sub-block c of a row (32 values of super-block c / 8)
+ * is 16 bytes of codes at w + 16c in Q4_0's order, and its super-block's 16-byte header (fp16 d,
+ * fp16 dmin, the 12 bytes of 6-bit scales and mins) at s + 16 (c / 8). q4k_sub takes what
+ * sub-block j needs from the header (h.y, h.z, h.w: scale bytes 0-3, 4-7, 8-11; the 6-bit
+ * unpacking is llama.cpp's get_scale_min_k4), so that the streamed matvec (mvs.cuh), which
+ * reads headers from its ring, keeps three registers per row instead of the header's four. */
+struct q4k_sub {
+    uint32_t dm; /* fp16 d (low), fp16 dmin (high) */
+    int sc, mn;
+};
+__device__ __forceinline__ q4k_sub q4k_sub_of(const uint4 &h, int j) {
+    const int sh = 8 * (j & 3);
+    const int b0 = (h.y >> sh) & 0xff, b4 = (h.z >> sh) & 0xff, b8 = (h.w >> sh) & 0xff;
+    q4k_sub k;
+    k.dm = h.x;
+    k.sc = j < 4 ? b0 & 63 : (b8 & 0xF) | ((b0 >> 6) << 4);
+    k.mn = j < 4 ? b4 & 63 : (b8 >> 4) | ((b4 >> 6) << 4);
+    return k;
+}
+/* value = d*sc*q - dmin*m, each product rounded before the subtraction as in the C reference (no
+ * FMA contraction); v in the sub-block's order */
+__device__ __forceinline__ void q4k_vals(const uint4 &q, const q4k_sub &k, float *v) {
+    const float d1 = __fmul_rn(h2f((uint16_t)(k.dm & 0xffff)), (float)k.sc);
+    const float m1 = __fmul_rn(h2f((uint16_t)(k.dm >> 16)), (float)k.mn);
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const int b = (int)((word(q, i / 4) >> (8 * (i % 4))) & 0xff);
+        v[i] = __fsub_rn(__fmul_rn(d1, (float)(b & 0xF)), m1);
+        v[i + 16] = __fsub_rn(__fmul_rn(d1, (float)(b >> 4)), m1);
+    }
+}
+__device__ __forceinline__ void deq_q4_k(const uint8_t *w, const uint8_t *s, int c, float *v) {
+    q4k_vals(__ldg((const uint4 *)(w + (size_t)c * 16)), q4k_sub_of(__ldg((const uint4 *)(s + (size_t)(c / 8) * 16)), c % 8), v);
+}
+
+/* Q5_K (llama.cpp's 176-byte blocks, uploaded as they are): chunk c is sub-block c%8 of
+ * super-block c/8; value = d*sc*q - dmin*m, with the product rounded before the subtraction as
+ * in the C reference (no FMA contraction). */
+__device__ __forceinline__ void deq_q5_k(const uint8_t *w, const uint8_t *, int c, float *v) {
+    const uint8_t *b = w + (size_t)(c / 8) * 176;
     int sb = c % 8, sc, mn;
     scale_min_k4(sb, b + 4, &sc, &mn);
     float d1 = __fmul_rn(ldh(b), (float)sc), m1 = __fmul_rn(ldh(b + 2), (float)mn);
-    const uint4 *qp = (const uint4 *)(b + (FIVE ? 48 : 16) + 32 * (sb / 2));
+    const uint4 *qp = (const uint4 *)(b + 48 + 32 * (sb / 2));
     uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1);
     uint32_t u[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (FIVE) {
-        const uint4 *hp = (const uint4 *)(b + 16);
-        uint4 h0 = __ldg(hp), h1 = __ldg(hp + 1);
-        h[0] = h0.x; h[1] = h0.y; h[2] = h0.z; h[3] = h0.w;
-        h[4] = h1.x; h[5] = h1.y; h[6] = h1.z; h[7] = h1.w;
-    }
+    const uint4 *hp = (const uint4 *)(b + 16);
+    uint4 h0 = __ldg(hp), h1 = __ldg(hp + 1);
+    uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
     int shift = (sb & 1) * 4;
 #pragma unroll
     for (int l = 0; l < 32; l++) {
         int q = (int)((u[l / 4] >> (8 * (l % 4) + shift)) & 0xF);
-        if (FIVE) q += (int)(((h[l / 4] >> (8 * (l % 4) + sb)) & 1) << 4);
+        q += (int)(((h[l / 4] >> (8 * (l % 4) + sb)) & 1) << 4);
         v[l] = __fsub_rn(__fmul_rn(d1, (float)q), m1);
     }
 }
@@ -305,8 +336,8 @@ __device__ __forceinline__ void deq32(const uint8_t *w, const uint8_t *s, int c,
     else if (T == RL_Q8_0) deq_q8_0(w, s, c, v);
     else if (T == RL_FP8) deq_fp8(w, s, c, v);
     else if (T == RL_Q4_1 || T == RL_Q5_0 || T == RL_Q5_1) deq_qn<T>(w, s, c, v);
-    else if (T == RL_Q4_K) deq_qk45<false>(w, s, c, v);
-    else if (T == RL_Q5_K) deq_qk45<true>(w, s, c, v);
+    else if (T == RL_Q4_K) deq_q4_k(w, s, c, v);
+    else if (T == RL_Q5_K) deq_q5_k(w, s, c, v);
     else if (T == RL_Q6_K) deq_q6_k(w, s, c, v);
     else if (T == RL_RQ4) deq_rq4(w, s, c, v);
     else deq_rq2(w, s, c, v);

@@ -26,7 +26,8 @@
 /* ---- device layout ---------------------------------------------------------------------- */
 
 bool rl_dmat_repacked(uint32_t type) {
-    return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q6_K || type == RL_RQ2 || type == RL_RQ4;
+    return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q4_K || type == RL_Q6_K || type == RL_RQ2 ||
+           type == RL_RQ4;
 }
 
 void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, size_t *q_bytes,
@@ -37,6 +38,9 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
     } else if (type == RL_Q8_0 || type == RL_FP8) {
         *q_bytes = rows * cols;
         *s_bytes = rows * (cols / 32) * 2;
+    } else if (type == RL_Q4_K) { /* 16 bytes of quants per 32 (Q4_0's order), the 16-byte header per 256 apart */
+        *q_bytes = rows * (cols / 2);
+        *s_bytes = rows * (cols / 256) * 16;
     } else if (type == RL_Q6_K) { /* 208 bytes of quants and sub-scales per 256, fp16 d apart */
         *q_bytes = rows * (cols / 256) * 208;
         *s_bytes = rows * (cols / 256) * 2;
@@ -52,9 +56,34 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
 /* Q4_0 / Q8_0 / FP8: [16-bit d][quants] blocks -> quants plane + d plane. Q6_K: [ql qh scales][fp16 d]
  * 210-byte blocks (only 2-byte aligned) -> 208-byte (16-byte aligned) plane + d plane. RQ2 / RQ4:
  * [codes][fp16 d][fp16 m] 20- / 36-byte blocks (4-byte aligned) -> 16- / 32-byte code plane +
- * (d, m) plane. */
+ * (d, m) plane. Q4_K: [d dmin scales[12]][qs[128]] 144-byte blocks -> the 16-byte headers in the
+ * scale plane, and each 32-value sub-block's codes as 16 bytes in Q4_0's order (byte i: value i
+ * low, value 16 + i high; llama.cpp's block keeps sub-blocks 2j and 2j + 1 in the low and high
+ * nibbles of the same 32 bytes). So a Q4_K row streams as Q4_0's does: 16 bytes of codes and 2
+ * of scale plane per 32 values (dequant.cuh q4k_*; mvs.cuh). */
+static void repack_q4_k(const uint8_t *src, size_t rows, size_t cols, size_t row_bytes, uint8_t *q, uint8_t *s) {
+    const size_t nb = cols / 256;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = src + r * row_bytes + b * 144, *qs = blk + 16;
+            memcpy(s + (r * nb + b) * 16, blk, 16);
+            for (int sb = 0; sb < 8; sb++) {
+                uint8_t *o = q + ((r * nb + b) * 8 + sb) * 16;
+                const int sh = 4 * (sb & 1);
+                for (int i = 0; i < 16; i++) {
+                    const int lo = (qs[32 * (sb / 2) + i] >> sh) & 15, hi = (qs[32 * (sb / 2) + 16 + i] >> sh) & 15;
+                    o[i] = (uint8_t)(lo | hi << 4);
+                }
+            }
+        }
+}
+
 void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols, size_t row_bytes,
                     uint8_t *q, uint8_t *s) {
+    if (type == RL_Q4_K) {
+        repack_q4_k(src, rows, cols, row_bytes, q, s);
+        return;
+    }
     if (type == RL_Q6_K || type == RL_RQ2 || type == RL_RQ4) {
         const size_t bs = type == RL_Q6_K ? 210 : type == RL_RQ2 ? 20 : 36, sb = type == RL_Q6_K ? 2 : 4,
                      qb = bs - sb, nb = cols / (type == RL_Q6_K ? 256 : 64);

@@ -51,6 +51,21 @@ __device__ __forceinline__ float mag(uint32_t u, int b) {
     return __uint_as_float(__byte_perm(u, MAGIC, 0x7650 + b));
 }
 
+/* A dequantised chunk's 32 values . x, two interleaved sums (the fp32 dot of every type that
+ * chunk_dot dequantises first; the streamed Q4_K takes it too, so both give the same bits). */
+__device__ __forceinline__ float dot32_f32(const float *v, const float *xc) {
+    float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 32; j += 4) {
+        float4 xx = *(const float4 *)(xc + j);
+        a0 = fmaf(v[j], xx.x, a0);
+        a1 = fmaf(v[j + 1], xx.y, a1);
+        a0 = fmaf(v[j + 2], xx.z, a0);
+        a1 = fmaf(v[j + 3], xx.w, a1);
+    }
+    return a0 + a1;
+}
+
 template <int T>
 __device__ __forceinline__ float chunk_dot(const uint8_t *w, const uint8_t *s, int c, const float *xc) {
     if (T == RL_Q4_0) {
@@ -93,16 +108,7 @@ __device__ __forceinline__ float chunk_dot(const uint8_t *w, const uint8_t *s, i
     } else {
         float v[32];
         deq32<T>(w, s, c, v);
-        float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 32; j += 4) {
-            float4 xx = *(const float4 *)(xc + j);
-            a0 = fmaf(v[j], xx.x, a0);
-            a1 = fmaf(v[j + 1], xx.y, a1);
-            a0 = fmaf(v[j + 2], xx.z, a0);
-            a1 = fmaf(v[j + 3], xx.w, a1);
-        }
-        return a0 + a1;
+        return dot32_f32(v, xc);
     }
 }
 
@@ -136,6 +142,13 @@ __host__ __device__ constexpr bool q8_ok(int T) {
 template <int T> struct raw_chunk {
     uint4 v[mv_tr<T>::NV > 0 ? mv_tr<T>::NV : 1];
     uint32_t d; /* scale bits: fp16 (Q4_0, Q8_0), bf16 (FP8); RQ2, RQ4: the (d, m) fp16 pair, d low */
+};
+/* Q4_K's unit in the streamed matvec's registers: a sub-block's 16 bytes of codes and what it
+ * takes from its super-block's header (dequant.cuh q4k_sub). The register kernel loads K-quants
+ * inside the dot. */
+template <> struct raw_chunk<RL_Q4_K> {
+    uint4 v[1];
+    q4k_sub k;
 };
 
 /* Both rows' (d, m) pairs of an RQ2 / RQ4 item, as floats (the fp32 dots' prologue). */
@@ -281,12 +294,27 @@ __device__ __forceinline__ float dot_q8(const raw_chunk<T> &r, const int *xw, fl
     return __fmul_rn(__fmul_rn(h2f((uint16_t)r.d), xd), (float)dot);
 }
 
+/* Q4_K sub-block (codes q in Q4_0's order, k from its super-block's header: dequant.cuh) against
+ * the chunk's int8 inputs: kq_dot_q8's Q4_K term, shared with the streamed matvec. */
+__device__ __forceinline__ float q4k_dot_q8(const uint4 &q, const q4k_sub &k, const int *xw, float xd, int xsum) {
+    int dot = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t u = word(q, i);
+        dot = __dp4a((int)(u & 0x0F0F0F0Fu), xw[i], dot);
+        dot = __dp4a((int)((u >> 4) & 0x0F0F0F0Fu), xw[4 + i], dot);
+    }
+    const float dx = __fmul_rn(h2f((uint16_t)(k.dm & 0xffff)), xd), sx = __fmul_rn(xd, (float)xsum);
+    return __fsub_rn(__fmul_rn(dx, (float)(k.sc * dot)), __fmul_rn(__fmul_rn(h2f((uint16_t)(k.dm >> 16)), (float)k.mn), sx));
+}
+
 /* K-quant sub-block c (32 values of super-block c / 8) against the chunk's int8 inputs, with the
  * CPU reference's integer sums and float expressions (src/quant.c ref_fast_dot):
  *   Q4_K/Q5_K: (d * d_x) * (float)(sc * dot) - (dmin * m) * s_x,  s_x = d_x * (float)sum(x)
  *   Q6_K:      (d * d_x) * (float)(sc_lo * dot_lo + sc_hi * dot_hi), dot over (q - 32) * x
- * Q4_K/Q5_K blocks are 16-byte aligned (144 / 176 bytes); Q6_K is repacked at upload into an
- * aligned 208-byte plane with d apart (s), so every quant load is 16 bytes. */
+ * Q4_K is repacked at upload (dequant.cuh), Q5_K blocks are 16-byte aligned (176 bytes); Q6_K is
+ * repacked at upload into an aligned 208-byte plane with d apart (s), so every quant load is 16
+ * bytes. */
 template <int T>
 __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, int c, const int *xw,
                                            float xd, int xsum) {
@@ -305,26 +333,22 @@ __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, i
         float t = __fmul_rn(__fmul_rn(ldh(b), xd), (float)dot);
         if (MIN) t = __fadd_rn(t, __fmul_rn(ldh(b + 2), __fmul_rn(xd, (float)xsum)));
         return t;
-    } else if constexpr (T == RL_Q4_K || T == RL_Q5_K) {
-        constexpr bool FIVE = T == RL_Q5_K;
-        const uint8_t *b = w + (size_t)(c / 8) * (FIVE ? 176 : 144);
-        const uint4 *qp = (const uint4 *)(b + (FIVE ? 48 : 16) + 32 * (sb / 2));
-        uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1);
-        uint32_t u[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w}, h[8];
-        if constexpr (FIVE) {
-            const uint4 *hp = (const uint4 *)(b + 16);
-            uint4 h0 = __ldg(hp), h1 = __ldg(hp + 1);
-            h[0] = h0.x; h[1] = h0.y; h[2] = h0.z; h[3] = h0.w;
-            h[4] = h1.x; h[5] = h1.y; h[6] = h1.z; h[7] = h1.w;
-        }
+    } else if constexpr (T == RL_Q4_K) {
+        return q4k_dot_q8(__ldg((const uint4 *)(w + (size_t)c * 16)), q4k_sub_of(__ldg((const uint4 *)(s + (size_t)(c / 8) * 16)), sb),
+                          xw, xd, xsum);
+    } else if constexpr (T == RL_Q5_K) {
+        const uint8_t *b = w + (size_t)(c / 8) * 176;
+        const uint4 *qp = (const uint4 *)(b + 48 + 32 * (sb / 2)), *hp = (const uint4 *)(b + 16);
+        const uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1), h0 = __ldg(hp), h1 = __ldg(hp + 1);
+        const uint32_t u[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
         int sc, mn;
         scale_min_k4(sb, b + 4, &sc, &mn);
         const int shift = (sb & 1) * 4;
         int dot = 0;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            uint32_t q = (u[k] >> shift) & 0x0F0F0F0Fu;
-            if constexpr (FIVE) q |= ((h[k] >> sb) & 0x01010101u) << 4;
+            const uint32_t q = ((u[k] >> shift) & 0x0F0F0F0Fu) | ((h[k] >> sb) & 0x01010101u) << 4;
             dot = __dp4a((int)q, xw[k], dot);
         }
         float dx = __fmul_rn(ldh(b), xd), sx = __fmul_rn(xd, (float)xsum);

@@ -1,5 +1,5 @@
 /* Streamed matvec (v2.4): decoding's matvec for the weight types stored as planes (Q4_0, Q8_0,
- * FP8, RQ2, RQ4, F16, BF16), one launch per matvec; the device code and its layout are in mvs.cuh.
+ * FP8, RQ2, RQ4, Q4_K, F16, BF16), one launch per matvec; the device code and its layout are in mvs.cuh.
  *
  * Why: mv_kernel (matvec.cu) loads U units of both rows into registers, waits for them,
  * computes, and loads again: each warp alternates between waiting for memory and computing,
@@ -66,7 +66,7 @@ static mvs_fn mvs_kernel_for(uint32_t type, bool glu, bool q8, bool w16) {
 }
 
 template <int T> static mvb_fn mvb_pick(bool glu, bool q8) {
-    if constexpr (mvs_scaled(T)) {
+    if constexpr (mvb_type(T)) {
         if constexpr (q8_ok(T))
             if (q8) return glu ? mvb_kernel<T, true, true> : mvb_kernel<T, false, true>;
         return glu ? mvb_kernel<T, true, false> : mvb_kernel<T, false, false>;
@@ -177,7 +177,7 @@ static int mvs_plan(const rl_mv_args *a, const rl_cuda_knobs *k, mvs_fn *f, size
  * a row's bytes. */
 static int mvb_plan(const rl_mv_args *a, const rl_cuda_knobs *k, int nw, mvb_fn *f, size_t *smem, mvb_geom *g) {
     const int type = (int)a->seg[0].w.type;
-    if (!k->mvb || nw < 2 || !mvs_scaled(type) || !rl_mv_planes_aligned(a, 16, true)) return 0;
+    if (!k->mvb || nw < 2 || !mvb_type(type) || !rl_mv_planes_aligned(a, 16, true)) return 0;
     const size_t nu = (size_t)(a->n / mvs_unit_values(type));
     const size_t qb = nu * mvb_unit_bytes(type, false), sb = nu * mvb_unit_bytes(type, true), item = 2 * (qb + sb);
     for (int i = 0; i < (a->mode == RL_MV_GLU ? 2 : a->nseg); i++)

@@ -2,8 +2,10 @@
  * matvec) and the persistent decode kernel (persist.cu, every matvec of a token as phases of
  * one launch). Device code only.
  *
- * Weights of the plane types (Q4_0, Q8_0, FP8: a quant plane and a 16-bit scale plane; RQ2 / RQ4:
- * 16 / 32 code bytes per 64-value unit and a (d, m) plane of 4 bytes per unit; F16, BF16: rows) reach the lanes through a per-warp ring of D shared-memory stages filled by cp.async:
+ * Weights of the plane types (Q4_0, Q8_0, FP8: a quant plane and a 16-bit scale plane; Q4_K: Q4_0's
+ * code plane and a plane of 16-byte super-block headers, 2 bytes per unit; RQ2 / RQ4: 16 / 32 code
+ * bytes per 64-value unit and a (d, m) plane of 4 bytes per unit; F16, BF16: rows) reach the
+ * lanes through a per-warp ring of D shared-memory stages filled by cp.async:
  * a warp keeps D - 1 stages in flight while it computes the oldest one, and the stream runs on
  * across its work items, so the loads never stop between items.
  *
@@ -16,7 +18,8 @@
  * Stage j of an item: units 32j .. 32j + 31 of its two rows, per row 32 * 16 * NV bytes of
  * quants (copied as contiguous 16-byte pieces, so each copy instruction of the warp covers 512
  * contiguous bytes) and, with a scale plane, the 64 bytes of the 32 units' 16-bit scales (16
- * lanes x 4 bytes; RQ2: 128 bytes of (d, m) pairs, 32 lanes x 4). A lane reads back its own
+ * lanes x 4 bytes, which for Q4_K are the 4 headers of the stage's 32 units, each lane reading
+ * its unit's whole header; RQ2: 128 bytes of (d, m) pairs, 32 lanes x 4). A lane reads back its own
  * unit's pieces; the pieces are stored XOR-swizzled so that a quarter-warp's 16-byte reads of
  * units NV pieces apart hit 8 distinct bank groups.
  * (Wider stages, several units per lane, were measured slower: docs/PERF.md v2.4.) */
@@ -29,7 +32,7 @@
 /* The streamed types, X(type) for each: every per-type list of the streamed matvec (mvs_type,
  * mvs_ring_bytes, the kernels rl_mvs_prepare sets up, mvs_kernel_for) is generated from this
  * one, so a type added here is added everywhere. */
-#define RL_MVS_TYPES(X) X(RL_Q4_0) X(RL_Q8_0) X(RL_FP8) X(RL_RQ2) X(RL_RQ4) X(RL_F16) X(RL_BF16)
+#define RL_MVS_TYPES(X) X(RL_Q4_0) X(RL_Q8_0) X(RL_FP8) X(RL_RQ2) X(RL_RQ4) X(RL_Q4_K) X(RL_F16) X(RL_BF16)
 
 __host__ __device__ constexpr bool mvs_type(int T) {
 #define MVS_IS(t) T == t ||
@@ -40,8 +43,12 @@ __host__ __device__ constexpr bool mvs_type(int T) {
 /* The streamed types stored as planes with a scale plane (the quantized ones, whose rings are
  * of 8-bit codes or less; RL_CUDA_MVS=2 streams only these). */
 __host__ __device__ constexpr bool mvs_scaled(int T) {
-    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4;
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4 || T == RL_Q4_K;
 }
+
+/* The scaled types the bulk-page variant takes: a unit's scale-plane bytes are its own (Q4_K's
+ * 2 bytes per unit are an eighth of its super-block's header, which the unit needs whole). */
+__host__ __device__ constexpr bool mvb_type(int T) { return mvs_scaled(T) && T != RL_Q4_K; }
 
 /* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
  * a ring of 4-12 KB. Q4_0 had 8 stages until the kernel lab timed the depth (docs/PERF.md
@@ -53,13 +60,15 @@ __host__ __device__ constexpr bool mvs_scaled(int T) {
  * memory system ahead of the input's loads when the PDL wait returns (the lab's timeline: the
  * staging takes as long by bulk copy as by loads, v2.19). */
 template <int T> struct mvs_tr {
-    static constexpr int NV = mv_tr<T>::NV; /* 16-byte pieces per unit (mv_tr CW values: 32, RQ2 64) */
+    /* 16-byte pieces per unit (mv_tr CW values: 32, RQ2 64); Q4_K's repacked codes as Q4_0's */
+    static constexpr int NV = T == RL_Q4_K ? 1 : mv_tr<T>::NV;
     static constexpr bool S = mvs_scaled(T); /* has a scale plane */
-    static constexpr int SB = T == RL_RQ2 || T == RL_RQ4 ? 4 : 2; /* scale-plane bytes per unit (RQ2, RQ4: d, m) */
+    /* scale-plane bytes per unit (RQ2, RQ4: d, m; Q4_K: its 16-byte header per 8 units) */
+    static constexpr int SB = T == RL_RQ2 || T == RL_RQ4 ? 4 : 2;
     static constexpr int QB = 32 * 16 * NV;                 /* one row's quants of a stage */
     static constexpr int ROW = QB + (S ? 32 * SB : 0);
     static constexpr int STAGE = 2 * ROW;
-    static constexpr int D = T == RL_Q4_0 ? 5 : T == RL_RQ2 ? 8 : T == RL_RQ4 ? 2 : (T == RL_Q8_0 || T == RL_FP8) ? 4 : 3;
+    static constexpr int D = T == RL_Q4_0 || T == RL_Q4_K ? 5 : T == RL_RQ2 ? 8 : T == RL_RQ4 ? 2 : (T == RL_Q8_0 || T == RL_FP8) ? 4 : 3;
     static constexpr int D16 = T == RL_RQ2 ? 3 : D; /* in blocks of 16 warps or more */
     static constexpr int RING = D * STAGE; /* bytes of one warp's ring */
 };
@@ -113,6 +122,20 @@ __device__ __forceinline__ void mvs_dot(const raw_chunk<T> *r, const mv_xin &x, 
     } else if constexpr (T == RL_RQ4) {
         if constexpr (Q8) rq4_q8(r, x.xq, x.xd, x.xsum, c, acc);
         else rq4_f32(r, x.xs, c, acc);
+    } else if constexpr (T == RL_Q4_K) { /* kq_dot_q8's and chunk_dot's terms, from the ring */
+        if constexpr (Q8) {
+            const int4 xa = *(const int4 *)(x.xq + c * 32), xc = *(const int4 *)(x.xq + c * 32 + 16);
+            const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
+#pragma unroll
+            for (int i = 0; i < 2; i++) acc[i] += q4k_dot_q8(r[i].v[0], r[i].k, xw, x.xd[c], x.xsum[c]);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float v[32];
+                q4k_vals(r[i].v[0], r[i].k, v);
+                acc[i] += dot32_f32(v, x.xs + c * 36);
+            }
+        }
     } else if constexpr (Q8) {
         const int4 xa = *(const int4 *)(x.xq + c * 32), xc = *(const int4 *)(x.xq + c * 32 + 16);
         const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
@@ -239,7 +262,8 @@ template <int T, bool GLU, bool Q8, bool CG = false, int DS = mvs_tr<T>::D> stru
                     const uint8_t *ru = st + i * TR::ROW;
 #pragma unroll
                     for (int q = 0; q < NV; q++) r[i].v[q] = *(const uint4 *)(ru + 16 * swz<NV>(lane * NV + q));
-                    if constexpr (TR::SB == 4) r[i].d = *(const uint32_t *)(ru + TR::QB + 4 * lane);
+                    if constexpr (T == RL_Q4_K) r[i].k = q4k_sub_of(*(const uint4 *)(ru + TR::QB + 16 * (lane >> 3)), lane & 7);
+                    else if constexpr (TR::SB == 4) r[i].d = *(const uint32_t *)(ru + TR::QB + 4 * lane);
                     else if constexpr (TR::S) r[i].d = *(const uint16_t *)(ru + TR::QB + 2 * lane);
                 }
                 mvs_dot<T, Q8>(r, x, c, acc);
@@ -291,7 +315,7 @@ template <int T> struct mvb_tr {
  * run time (0: not a bulk type). */
 __host__ __device__ constexpr int mvb_unit_bytes(int T, bool scale) {
 #define MVB_UB(t) T == t ? (scale ? mvb_tr<t>::SB : mvb_tr<t>::QU) :
-    return mvs_scaled(T) ? RL_MVS_TYPES(MVB_UB) 0 : 0;
+    return mvb_type(T) ? RL_MVS_TYPES(MVB_UB) 0 : 0;
 #undef MVB_UB
 }
 
@@ -304,7 +328,7 @@ struct mvb_geom {
 };
 
 template <int T, bool GLU, bool Q8> struct mvb_block {
-    static_assert(mvs_scaled(T), "bulk pages take the types with a scale plane");
+    static_assert(mvb_type(T), "bulk pages take the types with a scale plane of their own");
     static constexpr int QU = mvb_tr<T>::QU, SB = mvb_tr<T>::SB;
     const rl_mv_args *a;
     const uint8_t *ring;
