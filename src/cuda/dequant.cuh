@@ -175,21 +175,48 @@ __device__ __forceinline__ void deq_q5_k(const uint8_t *w, const uint8_t *, int 
     }
 }
 
-/* Q6_K, repacked: 208-byte blocks (ql, qh, sub-scales) and the fp16 d in the scale plane.
- * Chunk c: half h, group g of super-block c/8 = elements 128h + 32g + l. */
-__device__ __forceinline__ void deq_q6_k(const uint8_t *w, const uint8_t *s, int c, float *v) {
-    const uint8_t *b = w + (size_t)(c / 8) * 208;
-    int sb = c % 8, hh = sb / 4, g = sb % 4;
-    float d = ldh(s + (size_t)(c / 8) * 2);
-    const uint8_t *ql = b + 64 * hh + 32 * (g & 1), *qh = b + 128 + 32 * hh;
-    const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + 2 * g);
-    float ds0 = __fmul_rn(d, (float)sc[0]), ds1 = __fmul_rn(d, (float)sc[1]);
+/* Q6_K as uploaded (matvec.cu repack_q6_k): a row in stages of 32 sub-blocks (units of 32
+ * values, 4 super-blocks), so that it streams through mvs's ring like Q4_0 (mvs.cuh) and every
+ * unit's bytes sit at fixed offsets in its stage. Code plane, 768 bytes a stage: unit u's low 4
+ * bits as 16 bytes in Q4_0's order at 16u, its high 2 bits as 8 bytes at 512 + 8u (word 0: values
+ * 0-15, word 1: 16-31; value 4k + b (+ 16) at bits 8b + 2k); scale plane, 72 bytes a stage: the
+ * unit's two int8 sub-scales at 2u (values 0-15, 16-31: llama.cpp's scales in their order), then
+ * the 4 super-blocks' fp16 d at 64. A row's last stage is padded to full size. */
+#define Q6K_SQ 768 /* code bytes of a stage */
+#define Q6K_SS 72  /* scale-plane bytes of a stage */
+/* Unit c's four words of 6-bit codes (word k: values 4k .. 4k + 3; k + 4: 16 + 4k ..), as bytes. */
+__device__ __forceinline__ void q6k_codes(const uint4 &lo, const uint2 &hi, uint32_t *q) {
 #pragma unroll
-    for (int l = 0; l < 32; l++) {
-        int lo = g >= 2 ? (ql[l] >> 4) : (ql[l] & 0xF);
-        int q = (lo | (((qh[l] >> (2 * g)) & 3) << 4)) - 32;
-        v[l] = __fmul_rn(l < 16 ? ds0 : ds1, (float)q);
+    for (int k = 0; k < 4; k++) {
+        const uint32_t u = word(lo, k);
+        q[k] = (u & 0x0F0F0F0Fu) | ((hi.x >> (2 * k)) & 0x03030303u) << 4;
+        q[4 + k] = ((u >> 4) & 0x0F0F0F0Fu) | ((hi.y >> (2 * k)) & 0x03030303u) << 4;
     }
+}
+/* value = (d * sc) * (q - 32), both products rounded as in the C reference; sd: the unit's two
+ * sub-scales (bytes 0, 1) and its super-block's d (bits 16-31) */
+__device__ __forceinline__ void q6k_vals(const uint4 &lo, const uint2 &hi, uint32_t sd, float *v) {
+    uint32_t q[8];
+    q6k_codes(lo, hi, q);
+    const float d = h2f((uint16_t)(sd >> 16));
+    const float ds0 = __fmul_rn(d, (float)(int8_t)(sd & 0xff)), ds1 = __fmul_rn(d, (float)(int8_t)((sd >> 8) & 0xff));
+#pragma unroll
+    for (int l = 0; l < 32; l++) v[l] = __fmul_rn(l < 16 ? ds0 : ds1, (float)((int)((q[l / 4] >> (8 * (l % 4))) & 0xff) - 32));
+}
+/* Unit c of a row: its codes and sd, from the planes (the register kernels and the dequantiser) */
+__device__ __forceinline__ void q6k_load(const uint8_t *w, const uint8_t *s, int c, uint4 *lo, uint2 *hi, uint32_t *sd) {
+    const uint8_t *st = w + (size_t)(c / 32) * Q6K_SQ, *ss = s + (size_t)(c / 32) * Q6K_SS;
+    const int u = c % 32;
+    *lo = __ldg((const uint4 *)(st + 16 * u));
+    *hi = __ldg((const uint2 *)(st + 512 + 8 * u));
+    *sd = (uint32_t)__ldg((const unsigned short *)(ss + 2 * u)) | (uint32_t)__ldg((const unsigned short *)(ss + 64 + 2 * (u / 8))) << 16;
+}
+__device__ __forceinline__ void deq_q6_k(const uint8_t *w, const uint8_t *s, int c, float *v) {
+    uint4 lo;
+    uint2 hi;
+    uint32_t sd;
+    q6k_load(w, s, c, &lo, &hi, &sd);
+    q6k_vals(lo, hi, sd, v);
 }
 
 /* FP8 (e4m3) codes to floats. Code compiled for sm_89+ (this build: its sm_90a code) converts

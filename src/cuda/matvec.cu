@@ -41,9 +41,10 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
     } else if (type == RL_Q4_K) { /* 16 bytes of quants per 32 (Q4_0's order), the 16-byte header per 256 apart */
         *q_bytes = rows * (cols / 2);
         *s_bytes = rows * (cols / 256) * 16;
-    } else if (type == RL_Q6_K) { /* 208 bytes of quants and sub-scales per 256, fp16 d apart */
-        *q_bytes = rows * (cols / 256) * 208;
-        *s_bytes = rows * (cols / 256) * 2;
+    } else if (type == RL_Q6_K) { /* stages of 32 units of 32 values: 768 code bytes, 72 of scales and d */
+        const size_t stages = (cols / 32 + 31) / 32;
+        *q_bytes = rows * stages * 768;
+        *s_bytes = rows * stages * 72;
     } else if (type == RL_RQ2 || type == RL_RQ4) { /* 16 (RQ4: 32) code bytes per 64, the (d, m) fp16 pair apart */
         *q_bytes = rows * (cols / (type == RL_RQ2 ? 4 : 2));
         *s_bytes = rows * (cols / 64) * 4;
@@ -53,14 +54,14 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
     }
 }
 
-/* Q4_0 / Q8_0 / FP8: [16-bit d][quants] blocks -> quants plane + d plane. Q6_K: [ql qh scales][fp16 d]
- * 210-byte blocks (only 2-byte aligned) -> 208-byte (16-byte aligned) plane + d plane. RQ2 / RQ4:
+/* Q4_0 / Q8_0 / FP8: [16-bit d][quants] blocks -> quants plane + d plane. RQ2 / RQ4:
  * [codes][fp16 d][fp16 m] 20- / 36-byte blocks (4-byte aligned) -> 16- / 32-byte code plane +
  * (d, m) plane. Q4_K: [d dmin scales[12]][qs[128]] 144-byte blocks -> the 16-byte headers in the
  * scale plane, and each 32-value sub-block's codes as 16 bytes in Q4_0's order (byte i: value i
  * low, value 16 + i high; llama.cpp's block keeps sub-blocks 2j and 2j + 1 in the low and high
  * nibbles of the same 32 bytes). So a Q4_K row streams as Q4_0's does: 16 bytes of codes and 2
- * of scale plane per 32 values (dequant.cuh q4k_*; mvs.cuh). */
+ * of scale plane per 32 values (dequant.cuh q4k_*; mvs.cuh). Q6_K: [ql qh scales][fp16 d] 210-byte
+ * blocks (only 2-byte aligned) -> stages of 32 sub-blocks (dequant.cuh, Q6_K as uploaded). */
 static void repack_q4_k(const uint8_t *src, size_t rows, size_t cols, size_t row_bytes, uint8_t *q, uint8_t *s) {
     const size_t nb = cols / 256;
     for (size_t r = 0; r < rows; r++)
@@ -78,15 +79,54 @@ static void repack_q4_k(const uint8_t *src, size_t rows, size_t cols, size_t row
         }
 }
 
+/* Sub-block sb of a 210-byte Q6_K block: llama.cpp's dequantize_row_q6_K takes value l of group g
+ * (of 4) in half hh (of 2) from ql[64 hh + 32 (g & 1) + l] (nibble g / 2) and qh[32 hh + l] (bits
+ * 2g, 2g + 1), with sub-scales 2 sb and 2 sb + 1. */
+static void repack_q6_k(const uint8_t *src, size_t rows, size_t cols, size_t row_bytes, uint8_t *q, uint8_t *s) {
+    const size_t nb = cols / 256, stages = (cols / 32 + 31) / 32;
+    memset(q, 0, rows * stages * 768); /* the last stage's padding */
+    memset(s, 0, rows * stages * 72);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = src + r * row_bytes + b * 210, *ql = blk, *qh = blk + 128, *sc = blk + 192;
+            for (int sb = 0; sb < 8; sb++) {
+                const size_t c = b * 8 + sb, u = c % 32;
+                uint8_t *st = q + (r * stages + c / 32) * 768, *ss = s + (r * stages + c / 32) * 72;
+                const int hh = sb / 4, g = sb % 4;
+                uint8_t v4[32], h2[32];
+                for (int l = 0; l < 32; l++) {
+                    v4[l] = (uint8_t)((ql[64 * hh + 32 * (g & 1) + l] >> (4 * (g / 2))) & 15);
+                    h2[l] = (uint8_t)((qh[32 * hh + l] >> (2 * g)) & 3);
+                }
+                for (int i = 0; i < 16; i++) st[16 * u + i] = (uint8_t)(v4[i] | v4[i + 16] << 4);
+                for (int w = 0; w < 2; w++) { /* word w: values 16w + 4k + b at bits 8b + 2k */
+                    uint32_t hw = 0;
+                    for (int k = 0; k < 4; k++)
+                        for (int bb = 0; bb < 4; bb++) hw |= (uint32_t)h2[16 * w + 4 * k + bb] << (8 * bb + 2 * k);
+                    for (int bb = 0; bb < 4; bb++) st[512 + 8 * u + 4 * w + bb] = (uint8_t)(hw >> (8 * bb));
+                }
+                ss[2 * u] = sc[2 * sb];
+                ss[2 * u + 1] = sc[2 * sb + 1];
+                if (sb == 0) {
+                    ss[64 + 2 * (u / 8)] = blk[208];
+                    ss[64 + 2 * (u / 8) + 1] = blk[209];
+                }
+            }
+        }
+}
+
 void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols, size_t row_bytes,
                     uint8_t *q, uint8_t *s) {
     if (type == RL_Q4_K) {
         repack_q4_k(src, rows, cols, row_bytes, q, s);
         return;
     }
-    if (type == RL_Q6_K || type == RL_RQ2 || type == RL_RQ4) {
-        const size_t bs = type == RL_Q6_K ? 210 : type == RL_RQ2 ? 20 : 36, sb = type == RL_Q6_K ? 2 : 4,
-                     qb = bs - sb, nb = cols / (type == RL_Q6_K ? 256 : 64);
+    if (type == RL_Q6_K) {
+        repack_q6_k(src, rows, cols, row_bytes, q, s);
+        return;
+    }
+    if (type == RL_RQ2 || type == RL_RQ4) {
+        const size_t bs = type == RL_RQ2 ? 20 : 36, sb = 4, qb = bs - sb, nb = cols / 64;
         for (size_t r = 0; r < rows; r++)
             for (size_t b = 0; b < nb; b++) {
                 const uint8_t *blk = src + r * row_bytes + b * bs;
@@ -374,10 +414,13 @@ int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStre
         int lg = mv_launch1(&g, k, n_sm, st), lu = lg < 0 ? -1 : mv_launch1(&u, k, n_sm, st);
         return lg < 0 || lu < 0 ? -1 : lg + lu;
     }
-    for (int i = 0; i < a->nseg; i++) { /* one launch per segment */
+    /* one launch per run of segments of one type (Q4_K_M's Q and K beside a Q6_K V: two
+     * launches, not three; each launch has a fixed cost of several microseconds) */
+    for (int i = 0, j; i < a->nseg; i = j) {
+        for (j = i + 1; j < a->nseg && a->seg[j].w.type == a->seg[i].w.type;) j++;
         rl_mv_args s1 = *a;
-        s1.seg[0] = a->seg[i];
-        s1.nseg = 1;
+        for (int g = i; g < j; g++) s1.seg[g - i] = a->seg[g];
+        s1.nseg = j - i;
         int l1 = mv_launch1(&s1, k, n_sm, st);
         if (l1 < 0) return -1;
         n += l1;

@@ -143,6 +143,13 @@ template <int T> struct raw_chunk {
     uint4 v[mv_tr<T>::NV > 0 ? mv_tr<T>::NV : 1];
     uint32_t d; /* scale bits: fp16 (Q4_0, Q8_0), bf16 (FP8); RQ2, RQ4: the (d, m) fp16 pair, d low */
 };
+/* Q6_K's unit in the streamed matvec's registers: low and high code bits, and the sub-scales
+ * and d (dequant.cuh q6k_vals). */
+template <> struct raw_chunk<RL_Q6_K> {
+    uint4 v[1];
+    uint2 hi;
+    uint32_t sd;
+};
 /* Q4_K's unit in the streamed matvec's registers: a sub-block's 16 bytes of codes and what it
  * takes from its super-block's header (dequant.cuh q4k_sub). The register kernel loads K-quants
  * inside the dot. */
@@ -308,13 +315,30 @@ __device__ __forceinline__ float q4k_dot_q8(const uint4 &q, const q4k_sub &k, co
     return __fsub_rn(__fmul_rn(dx, (float)(k.sc * dot)), __fmul_rn(__fmul_rn(h2f((uint16_t)(k.dm >> 16)), (float)k.mn), sx));
 }
 
+/* Q6_K unit (dequant.cuh q6k_codes) against the chunk's int8 inputs: the CPU reference's
+ * (d * d_x) * (float)(sc_lo * dot_lo + sc_hi * dot_hi), dot over (q - 32) * x; shared with the
+ * streamed matvec. */
+__device__ __forceinline__ float q6k_dot_q8(const uint4 &lo, const uint2 &hi, uint32_t sd, const int *xw, float xd) {
+    uint32_t q[8];
+    q6k_codes(lo, hi, q);
+    int dl = 0, dh = 0, xl = 0, xh = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        dl = __dp4a((int)q[k], xw[k], dl);
+        xl = __dp4a(0x01010101, xw[k], xl);
+        dh = __dp4a((int)q[4 + k], xw[4 + k], dh);
+        xh = __dp4a(0x01010101, xw[4 + k], xh);
+    }
+    const int dot = (int)(int8_t)(sd & 0xff) * (dl - 32 * xl) + (int)(int8_t)((sd >> 8) & 0xff) * (dh - 32 * xh);
+    return __fmul_rn(__fmul_rn(h2f((uint16_t)(sd >> 16)), xd), (float)dot);
+}
+
 /* K-quant sub-block c (32 values of super-block c / 8) against the chunk's int8 inputs, with the
  * CPU reference's integer sums and float expressions (src/quant.c ref_fast_dot):
  *   Q4_K/Q5_K: (d * d_x) * (float)(sc * dot) - (dmin * m) * s_x,  s_x = d_x * (float)sum(x)
  *   Q6_K:      (d * d_x) * (float)(sc_lo * dot_lo + sc_hi * dot_hi), dot over (q - 32) * x
- * Q4_K is repacked at upload (dequant.cuh), Q5_K blocks are 16-byte aligned (176 bytes); Q6_K is
- * repacked at upload into an aligned 208-byte plane with d apart (s), so every quant load is 16
- * bytes. */
+ * Q4_K and Q6_K are repacked at upload (dequant.cuh); Q5_K blocks are 16-byte aligned (176
+ * bytes). */
 template <int T>
 __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, int c, const int *xw,
                                            float xd, int xsum) {
@@ -354,28 +378,11 @@ __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, i
         float dx = __fmul_rn(ldh(b), xd), sx = __fmul_rn(xd, (float)xsum);
         return __fsub_rn(__fmul_rn(dx, (float)(sc * dot)), __fmul_rn(__fmul_rn(ldh(b + 2), (float)mn), sx));
     } else {
-        const uint8_t *b = w + (size_t)(c / 8) * 208;
-        const int hh = sb / 4, g = sb % 4;
-        const uint4 *ql = (const uint4 *)(b + 64 * hh + 32 * (g & 1)), *qh = (const uint4 *)(b + 128 + 32 * hh);
-        const uint4 l0 = __ldg(ql), l1 = __ldg(ql + 1), h0 = __ldg(qh), h1 = __ldg(qh + 1);
-        const uint32_t lw[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-        const uint32_t hw[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        int dl = 0, dh = 0, xl = 0, xh = 0;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            uint32_t lo = lw[k], hi = hw[k];
-            uint32_t q = ((lo >> (4 * (g / 2))) & 0x0F0F0F0Fu) | (((hi >> (2 * g)) & 0x03030303u) << 4);
-            if (k < 4) {
-                dl = __dp4a((int)q, xw[k], dl);
-                xl = __dp4a(0x01010101, xw[k], xl);
-            } else {
-                dh = __dp4a((int)q, xw[k], dh);
-                xh = __dp4a(0x01010101, xw[k], xh);
-            }
-        }
-        const int8_t *sc = (const int8_t *)(b + 192 + 8 * hh + 2 * g);
-        int dot = sc[0] * (dl - 32 * xl) + sc[1] * (dh - 32 * xh);
-        return __fmul_rn(__fmul_rn(ldh(s + (size_t)(c / 8) * 2), xd), (float)dot);
+        uint4 lo;
+        uint2 hi;
+        uint32_t sd;
+        q6k_load(w, s, c, &lo, &hi, &sd);
+        return q6k_dot_q8(lo, hi, sd, xw, xd);
     }
 }
 
