@@ -131,39 +131,24 @@ __device__ __forceinline__ void mvs_dot(const raw_chunk<T> *r, const mv_xin &x, 
     } else if constexpr (T == RL_RQ4) {
         if constexpr (Q8) rq4_q8(r, x.xq, x.xd, x.xsum, c, acc);
         else rq4_f32(r, x.xs, c, acc);
-    } else if constexpr (T == RL_Q6_K) { /* kq_dot_q8's and chunk_dot's terms, from the ring */
-        if constexpr (Q8) {
-            const int4 xa = *(const int4 *)(x.xq + c * 32), xc = *(const int4 *)(x.xq + c * 32 + 16);
-            const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
-#pragma unroll
-            for (int i = 0; i < 2; i++) acc[i] += q6k_dot_q8(r[i].v[0], r[i].hi, r[i].sd, xw, x.xd[c]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                float v[32];
-                q6k_vals(r[i].v[0], r[i].hi, r[i].sd, v);
-                acc[i] += dot32_f32(v, x.xs + c * 36);
-            }
-        }
-    } else if constexpr (T == RL_Q4_K) { /* kq_dot_q8's and chunk_dot's terms, from the ring */
-        if constexpr (Q8) {
-            const int4 xa = *(const int4 *)(x.xq + c * 32), xc = *(const int4 *)(x.xq + c * 32 + 16);
-            const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
-#pragma unroll
-            for (int i = 0; i < 2; i++) acc[i] += q4k_dot_q8(r[i].v[0], r[i].k, xw, x.xd[c], x.xsum[c]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                float v[32];
-                q4k_vals(r[i].v[0], r[i].k, v);
-                acc[i] += dot32_f32(v, x.xs + c * 36);
-            }
-        }
     } else if constexpr (Q8) {
         const int4 xa = *(const int4 *)(x.xq + c * 32), xc = *(const int4 *)(x.xq + c * 32 + 16);
         const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
 #pragma unroll
-        for (int i = 0; i < 2; i++) acc[i] += dot_q8<T>(r[i], xw, x.xd[c], x.xsum[c]);
+        for (int i = 0; i < 2; i++) {
+            /* the K-quants: kq_dot_q8's terms, from the ring */
+            if constexpr (T == RL_Q4_K) acc[i] += q4k_dot_q8(r[i].v[0], r[i].k, xw, x.xd[c], x.xsum[c]);
+            else if constexpr (T == RL_Q6_K) acc[i] += q6k_dot_q8(r[i].v[0], r[i].hi, r[i].sd, xw, x.xd[c]);
+            else acc[i] += dot_q8<T>(r[i], xw, x.xd[c], x.xsum[c]);
+        }
+    } else if constexpr (T == RL_Q4_K || T == RL_Q6_K) { /* chunk_dot's dequantise-then-dot */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            float v[32];
+            if constexpr (T == RL_Q4_K) q4k_vals(r[i].v[0], r[i].k, v);
+            else q6k_vals(r[i].v[0], r[i].hi, r[i].sd, v);
+            acc[i] += dot32_f32(v, x.xs + c * 36);
+        }
     } else {
         dot2<T>(r, x.xs + c * 36, acc, nullptr, nullptr, c);
     }
