@@ -278,6 +278,20 @@ __device__ __forceinline__ void dot2(const raw_chunk<T> *r, const float *xc, flo
     }
 }
 
+/* The integer dot of 32 4-bit codes in Q4_0's order (byte i of q: value i low, value 16 + i
+ * high) with int8 inputs, xl the words of values 0-15, xh of 16-31: Q4_0's, Q4_K's and RQ4's
+ * halves. */
+__device__ __forceinline__ int nib_dot(const uint4 &q, const int *xl, const int *xh) {
+    int dot = 0;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const uint32_t u = word(q, k);
+        dot = __dp4a((int)(u & 0x0F0F0F0Fu), xl[k], dot);
+        dot = __dp4a((int)((u >> 4) & 0x0F0F0F0Fu), xh[k], dot);
+    }
+    return dot;
+}
+
 /* The 8-bit-activation chunk dot of one row: xw = the chunk's 32 int8 inputs as 8 words, xd
  * their scale, xsum their integer sum. Q4_0: sum((q - 8) * x) = dp4a(q, x) - 8 * sum(x).
  * The term is (d_w * d_x) * (float)dot, the CPU reference's expression, bit for bit. */
@@ -285,13 +299,7 @@ template <int T>
 __device__ __forceinline__ float dot_q8(const raw_chunk<T> &r, const int *xw, float xd, int xsum) {
     int dot = 0;
     if constexpr (T == RL_Q4_0) {
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            uint32_t u = word(r.v[0], k);
-            dot = __dp4a((int)(u & 0x0F0F0F0Fu), xw[k], dot);
-            dot = __dp4a((int)((u >> 4) & 0x0F0F0F0Fu), xw[4 + k], dot);
-        }
-        dot -= 8 * xsum;
+        dot = nib_dot(r.v[0], xw, xw + 4) - 8 * xsum;
     } else {
 #pragma unroll
         for (int k = 0; k < 8; k++) dot = __dp4a((int)word(r.v[k / 4], k % 4), xw[k], dot);
@@ -304,13 +312,7 @@ __device__ __forceinline__ float dot_q8(const raw_chunk<T> &r, const int *xw, fl
 /* Q4_K sub-block (codes q in Q4_0's order, k from its super-block's header: dequant.cuh) against
  * the chunk's int8 inputs: kq_dot_q8's Q4_K term, shared with the streamed matvec. */
 __device__ __forceinline__ float q4k_dot_q8(const uint4 &q, const q4k_sub &k, const int *xw, float xd, int xsum) {
-    int dot = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint32_t u = word(q, i);
-        dot = __dp4a((int)(u & 0x0F0F0F0Fu), xw[i], dot);
-        dot = __dp4a((int)((u >> 4) & 0x0F0F0F0Fu), xw[4 + i], dot);
-    }
+    const int dot = nib_dot(q, xw, xw + 4);
     const float dx = __fmul_rn(h2f((uint16_t)(k.dm & 0xffff)), xd), sx = __fmul_rn(xd, (float)xsum);
     return __fsub_rn(__fmul_rn(dx, (float)(k.sc * dot)), __fmul_rn(__fmul_rn(h2f((uint16_t)(k.dm >> 16)), (float)k.mn), sx));
 }
@@ -516,13 +518,7 @@ __device__ __forceinline__ void rq4_q8(const raw_chunk<RL_RQ4> *r, const int8_t 
         const float sx = __fmul_rn(xd[c], (float)xsum[c]);
 #pragma unroll
         for (int i = 0; i < 2; i++) {
-            int dot = 0;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const uint32_t u = word(r[i].v[h], k);
-                dot = __dp4a((int)(u & 0x0F0F0F0Fu), xl[k], dot);
-                dot = __dp4a((int)((u >> 4) & 0x0F0F0F0Fu), xh[k], dot);
-            }
+            const int dot = nib_dot(r[i].v[h], xl, xh);
             const float2 dm = rq_dm(r[i].d);
             acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(dm.x, xd[c]), (float)dot), __fmul_rn(dm.y, sx));
         }
