@@ -107,16 +107,6 @@ __device__ __forceinline__ void deq_q8_0(const uint8_t *w, const uint8_t *s, int
     }
 }
 
-__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-
 /* Q4_K as uploaded (matvec.cu repack_q4_k): sub-block c of a row (32 values of super-block c / 8)
  * is 16 bytes of codes at w + 16c in Q4_0's order, and its super-block's 16-byte header (fp16 d,
  * fp16 dmin, the 12 bytes of 6-bit scales and mins) at s + 16 (c / 8). q4k_sub takes what
@@ -152,27 +142,43 @@ __device__ __forceinline__ void deq_q4_k(const uint8_t *w, const uint8_t *s, int
     q4k_vals(__ldg((const uint4 *)(w + (size_t)c * 16)), q4k_sub_of(__ldg((const uint4 *)(s + (size_t)(c / 8) * 16)), c % 8), v);
 }
 
-/* Q5_K (llama.cpp's 176-byte blocks, uploaded as they are): chunk c is sub-block c%8 of
- * super-block c/8; value = d*sc*q - dmin*m, with the product rounded before the subtraction as
- * in the C reference (no FMA contraction). */
-__device__ __forceinline__ void deq_q5_k(const uint8_t *w, const uint8_t *, int c, float *v) {
-    const uint8_t *b = w + (size_t)(c / 8) * 176;
-    int sb = c % 8, sc, mn;
-    scale_min_k4(sb, b + 4, &sc, &mn);
-    float d1 = __fmul_rn(ldh(b), (float)sc), m1 = __fmul_rn(ldh(b + 2), (float)mn);
-    const uint4 *qp = (const uint4 *)(b + 48 + 32 * (sb / 2));
-    uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1);
-    uint32_t u[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    const uint4 *hp = (const uint4 *)(b + 16);
-    uint4 h0 = __ldg(hp), h1 = __ldg(hp + 1);
-    uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-    int shift = (sb & 1) * 4;
+/* Q5_K as uploaded (matvec.cu repack_q5_k): the scale plane is Q4_K's (the 16-byte super-block
+ * headers, q4k_sub), and the code plane is in stages of 32 sub-blocks, 640 bytes each: sub-block
+ * u's low 4 bits as 16 bytes in Q4_0's order at 16u, its fifth bits as 4 bytes at 512 + 4u (byte
+ * b: bit k the fifth bit of value 4k + b, bit 4 + k that of value 16 + 4k + b), so that a stage
+ * streams as Q6_K's does (mvs.cuh). Q5K_SQ: a stage's code bytes; a row's last stage is padded. */
+#define Q5K_SQ 640
+/* Sub-block c's codes as 8 dp4a words (word k: values 4k .. 4k + 3; k + 4: 16 + 4k ..). */
+__device__ __forceinline__ void q5k_codes(const uint4 &lo, uint32_t hi, uint32_t *q) {
 #pragma unroll
-    for (int l = 0; l < 32; l++) {
-        int q = (int)((u[l / 4] >> (8 * (l % 4) + shift)) & 0xF);
-        q += (int)(((h[l / 4] >> (8 * (l % 4) + sb)) & 1) << 4);
-        v[l] = __fsub_rn(__fmul_rn(d1, (float)q), m1);
+    for (int k = 0; k < 4; k++) {
+        const uint32_t u = word(lo, k);
+        q[k] = (u & 0x0F0F0F0Fu) | ((hi >> k) & 0x01010101u) << 4;
+        q[4 + k] = ((u >> 4) & 0x0F0F0F0Fu) | ((hi >> (4 + k)) & 0x01010101u) << 4;
     }
+}
+/* value = d*sc*q - dmin*m as q4k_vals (the same reference op order), with 5-bit codes */
+__device__ __forceinline__ void q5k_vals(const uint4 &lo, uint32_t hi, const q4k_sub &k, float *v) {
+    uint32_t q[8];
+    q5k_codes(lo, hi, q);
+    const float d1 = __fmul_rn(h2f((uint16_t)(k.dm & 0xffff)), (float)k.sc);
+    const float m1 = __fmul_rn(h2f((uint16_t)(k.dm >> 16)), (float)k.mn);
+#pragma unroll
+    for (int l = 0; l < 32; l++) v[l] = __fsub_rn(__fmul_rn(d1, (float)((q[l / 4] >> (8 * (l % 4))) & 0xff)), m1);
+}
+/* Sub-block c of a row from the planes (the register kernels and the dequantiser) */
+__device__ __forceinline__ void q5k_load(const uint8_t *w, const uint8_t *s, int c, uint4 *lo, uint32_t *hi, q4k_sub *k) {
+    const uint8_t *st = w + (size_t)(c / 32) * Q5K_SQ;
+    *lo = __ldg((const uint4 *)(st + 16 * (c % 32)));
+    *hi = __ldg((const unsigned int *)(st + 512 + 4 * (c % 32)));
+    *k = q4k_sub_of(__ldg((const uint4 *)(s + (size_t)(c / 8) * 16)), c % 8);
+}
+__device__ __forceinline__ void deq_q5_k(const uint8_t *w, const uint8_t *s, int c, float *v) {
+    uint4 lo;
+    uint32_t hi;
+    q4k_sub k;
+    q5k_load(w, s, c, &lo, &hi, &k);
+    q5k_vals(lo, hi, k, v);
 }
 
 /* Q6_K as uploaded (matvec.cu repack_q6_k): a row in stages of 32 sub-blocks (units of 32

@@ -26,8 +26,8 @@
 /* ---- device layout ---------------------------------------------------------------------- */
 
 bool rl_dmat_repacked(uint32_t type) {
-    return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q4_K || type == RL_Q6_K || type == RL_RQ2 ||
-           type == RL_RQ4;
+    return type == RL_Q4_0 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q4_K || type == RL_Q5_K || type == RL_Q6_K ||
+           type == RL_RQ2 || type == RL_RQ4;
 }
 
 void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, size_t *q_bytes,
@@ -40,6 +40,9 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
         *s_bytes = rows * (cols / 32) * 2;
     } else if (type == RL_Q4_K) { /* 16 bytes of quants per 32 (Q4_0's order), the 16-byte header per 256 apart */
         *q_bytes = rows * (cols / 2);
+        *s_bytes = rows * (cols / 256) * 16;
+    } else if (type == RL_Q5_K) { /* stages of 32 units of 32 values: 640 code bytes; Q4_K's headers apart */
+        *q_bytes = rows * ((cols / 32 + 31) / 32) * 640;
         *s_bytes = rows * (cols / 256) * 16;
     } else if (type == RL_Q6_K) { /* stages of 32 units of 32 values: 768 code bytes, 72 of scales and d */
         const size_t stages = (cols / 32 + 31) / 32;
@@ -90,6 +93,34 @@ static void repack_q4_k(const uint8_t *src, size_t rows, size_t cols, size_t row
         }
 }
 
+/* Q5_K: [d dmin scales[12]][qh[32]][qs[128]] 176-byte blocks -> the headers as Q4_K's, the codes
+ * in stages of 32 sub-blocks (dequant.cuh, Q5_K as uploaded): llama.cpp's dequantize_row_q5_K
+ * takes value l of sub-block sb from qs[32 (sb / 2) + l] (nibble sb & 1) and bit sb of qh[l]. */
+static void repack_q5_k(const uint8_t *src, size_t rows, size_t cols, size_t row_bytes, uint8_t *q, uint8_t *s) {
+    const size_t nb = cols / 256, stages = (cols / 32 + 31) / 32;
+    memset(q, 0, rows * stages * 640); /* the last stage's padding */
+    for (size_t r = 0; r < rows; r++)
+        for (size_t b = 0; b < nb; b++) {
+            const uint8_t *blk = src + r * row_bytes + b * 176, *qh = blk + 16, *qs = blk + 48;
+            memcpy(s + (r * nb + b) * 16, blk, 16);
+            for (int sb = 0; sb < 8; sb++) {
+                const size_t c = b * 8 + sb, u = c % 32;
+                uint8_t *st = q + (r * stages + c / 32) * 640;
+                uint8_t v4[32], h1[32];
+                for (int l = 0; l < 32; l++) {
+                    v4[l] = (uint8_t)((qs[32 * (sb / 2) + l] >> (4 * (sb & 1))) & 15);
+                    h1[l] = (uint8_t)((qh[l] >> sb) & 1);
+                }
+                for (int i = 0; i < 16; i++) st[16 * u + i] = (uint8_t)(v4[i] | v4[i + 16] << 4);
+                for (int bb = 0; bb < 4; bb++) { /* byte bb: bit k value 4k + bb, bit 4 + k value 16 + 4k + bb */
+                    uint8_t hb = 0;
+                    for (int k = 0; k < 4; k++) hb |= (uint8_t)(h1[4 * k + bb] << k | h1[16 + 4 * k + bb] << (4 + k));
+                    st[512 + 4 * u + bb] = hb;
+                }
+            }
+        }
+}
+
 /* Sub-block sb of a 210-byte Q6_K block: llama.cpp's dequantize_row_q6_K takes value l of group g
  * (of 4) in half hh (of 2) from ql[64 hh + 32 (g & 1) + l] (nibble g / 2) and qh[32 hh + l] (bits
  * 2g, 2g + 1), with sub-scales 2 sb and 2 sb + 1. */
@@ -132,6 +163,10 @@ void rl_dmat_repack(uint32_t type, const uint8_t *src, size_t rows, size_t cols,
                     uint8_t *q, uint8_t *s) {
     if (type == RL_Q4_K) {
         repack_q4_k(src, rows, cols, row_bytes, q, s);
+        return;
+    }
+    if (type == RL_Q5_K) {
+        repack_q5_k(src, rows, cols, row_bytes, q, s);
         return;
     }
     if (type == RL_Q6_K) {

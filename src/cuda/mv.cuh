@@ -150,6 +150,13 @@ template <> struct raw_chunk<RL_Q6_K> {
     uint2 hi;
     uint32_t sd;
 };
+/* Q5_K's unit in the streamed matvec's registers: low 4 bits, fifth bits, and what it takes from
+ * its super-block's header (dequant.cuh). */
+template <> struct raw_chunk<RL_Q5_K> {
+    uint4 v[1];
+    uint32_t hi;
+    q4k_sub k;
+};
 /* Q4_K's unit in the streamed matvec's registers: a sub-block's 16 bytes of codes and what it
  * takes from its super-block's header (dequant.cuh q4k_sub). The register kernel loads K-quants
  * inside the dot. */
@@ -317,6 +324,18 @@ __device__ __forceinline__ float q4k_dot_q8(const uint4 &q, const q4k_sub &k, co
     return __fsub_rn(__fmul_rn(dx, (float)(k.sc * dot)), __fmul_rn(__fmul_rn(h2f((uint16_t)(k.dm >> 16)), (float)k.mn), sx));
 }
 
+/* Q5_K sub-block (dequant.cuh q5k_codes) against the chunk's int8 inputs: Q4_K's expression with
+ * 5-bit codes (the CPU reference's Q5_K term); shared with the streamed matvec. */
+__device__ __forceinline__ float q5k_dot_q8(const uint4 &lo, uint32_t hi, const q4k_sub &k, const int *xw, float xd, int xsum) {
+    uint32_t q[8];
+    q5k_codes(lo, hi, q);
+    int dot = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) dot = __dp4a((int)q[i], xw[i], dot);
+    const float dx = __fmul_rn(h2f((uint16_t)(k.dm & 0xffff)), xd), sx = __fmul_rn(xd, (float)xsum);
+    return __fsub_rn(__fmul_rn(dx, (float)(k.sc * dot)), __fmul_rn(__fmul_rn(h2f((uint16_t)(k.dm >> 16)), (float)k.mn), sx));
+}
+
 /* Q6_K unit (dequant.cuh q6k_codes) against the chunk's int8 inputs: the CPU reference's
  * (d * d_x) * (float)(sc_lo * dot_lo + sc_hi * dot_hi), dot over (q - 32) * x; shared with the
  * streamed matvec. */
@@ -339,8 +358,7 @@ __device__ __forceinline__ float q6k_dot_q8(const uint4 &lo, const uint2 &hi, ui
  * CPU reference's integer sums and float expressions (src/quant.c ref_fast_dot):
  *   Q4_K/Q5_K: (d * d_x) * (float)(sc * dot) - (dmin * m) * s_x,  s_x = d_x * (float)sum(x)
  *   Q6_K:      (d * d_x) * (float)(sc_lo * dot_lo + sc_hi * dot_hi), dot over (q - 32) * x
- * Q4_K and Q6_K are repacked at upload (dequant.cuh); Q5_K blocks are 16-byte aligned (176
- * bytes). */
+ * Q4_K, Q5_K and Q6_K are repacked at upload (dequant.cuh). */
 template <int T>
 __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, int c, const int *xw,
                                            float xd, int xsum) {
@@ -363,22 +381,11 @@ __device__ __forceinline__ float kq_dot_q8(const uint8_t *w, const uint8_t *s, i
         return q4k_dot_q8(__ldg((const uint4 *)(w + (size_t)c * 16)), q4k_sub_of(__ldg((const uint4 *)(s + (size_t)(c / 8) * 16)), sb),
                           xw, xd, xsum);
     } else if constexpr (T == RL_Q5_K) {
-        const uint8_t *b = w + (size_t)(c / 8) * 176;
-        const uint4 *qp = (const uint4 *)(b + 48 + 32 * (sb / 2)), *hp = (const uint4 *)(b + 16);
-        const uint4 q0 = __ldg(qp), q1 = __ldg(qp + 1), h0 = __ldg(hp), h1 = __ldg(hp + 1);
-        const uint32_t u[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-        const uint32_t h[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-        int sc, mn;
-        scale_min_k4(sb, b + 4, &sc, &mn);
-        const int shift = (sb & 1) * 4;
-        int dot = 0;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const uint32_t q = ((u[k] >> shift) & 0x0F0F0F0Fu) | ((h[k] >> sb) & 0x01010101u) << 4;
-            dot = __dp4a((int)q, xw[k], dot);
-        }
-        float dx = __fmul_rn(ldh(b), xd), sx = __fmul_rn(xd, (float)xsum);
-        return __fsub_rn(__fmul_rn(dx, (float)(sc * dot)), __fmul_rn(__fmul_rn(ldh(b + 2), (float)mn), sx));
+        uint4 lo;
+        uint32_t hi;
+        q4k_sub k;
+        q5k_load(w, s, c, &lo, &hi, &k);
+        return q5k_dot_q8(lo, hi, k, xw, xd, xsum);
     } else {
         uint4 lo;
         uint2 hi;

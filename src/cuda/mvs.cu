@@ -1,5 +1,5 @@
 /* Streamed matvec (v2.4): decoding's matvec for the weight types stored as planes (Q4_0, Q8_0,
- * FP8, RQ2, RQ4, Q4_K, Q6_K, F16, BF16), one launch per matvec; the device code and its layout are in mvs.cuh.
+ * FP8, RQ2, RQ4, Q4_K, Q5_K, Q6_K, F16, BF16), one launch per matvec; the device code and its layout are in mvs.cuh.
  *
  * Why: mv_kernel (matvec.cu) loads U units of both rows into registers, waits for them,
  * computes, and loads again: each warp alternates between waiting for memory and computing,

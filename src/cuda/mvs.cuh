@@ -3,8 +3,9 @@
  * one launch). Device code only.
  *
  * Weights of the plane types (Q4_0, Q8_0, FP8: a quant plane and a 16-bit scale plane; Q4_K: Q4_0's
- * code plane and a plane of 16-byte super-block headers, 2 bytes per unit; Q6_K: both planes in
- * stages of 32 units (dequant.cuh, Q6_K as uploaded); RQ2 / RQ4: 16 / 32 code
+ * code plane and a plane of 16-byte super-block headers, 2 bytes per unit; Q5_K: Q4_K's headers
+ * and codes in stages of 32 units; Q6_K: both planes in stages of 32 units (dequant.cuh, Q5_K /
+ * Q6_K as uploaded); RQ2 / RQ4: 16 / 32 code
  * bytes per 64-value unit and a (d, m) plane of 4 bytes per unit; F16, BF16: rows) reach the
  * lanes through a per-warp ring of D shared-memory stages filled by cp.async:
  * a warp keeps D - 1 stages in flight while it computes the oldest one, and the stream runs on
@@ -20,8 +21,9 @@
  * quants (copied as contiguous 16-byte pieces, so each copy instruction of the warp covers 512
  * contiguous bytes) and, with a scale plane, the 64 bytes of the 32 units' 16-bit scales (16
  * lanes x 4 bytes, which for Q4_K are the 4 headers of the stage's 32 units, each lane reading
- * its unit's whole header; RQ2: 128 bytes of (d, m) pairs, 32 lanes x 4; Q6_K: 768 bytes of codes
- * and 72 of sub-scales and d, a stage of its planes as it is). A lane reads back its own
+ * its unit's whole header; RQ2: 128 bytes of (d, m) pairs, 32 lanes x 4; Q5_K: 640 bytes of
+ * codes and Q4_K's headers; Q6_K: 768 bytes of codes and 72 of sub-scales and d, a stage of its
+ * planes as it is). A lane reads back its own
  * unit's pieces; the pieces are stored XOR-swizzled so that a quarter-warp's 16-byte reads of
  * units NV pieces apart hit 8 distinct bank groups.
  * (Wider stages, several units per lane, were measured slower: docs/PERF.md v2.4.) */
@@ -34,7 +36,7 @@
 /* The streamed types, X(type) for each: every per-type list of the streamed matvec (mvs_type,
  * mvs_ring_bytes, the kernels rl_mvs_prepare sets up, mvs_kernel_for) is generated from this
  * one, so a type added here is added everywhere. */
-#define RL_MVS_TYPES(X) X(RL_Q4_0) X(RL_Q8_0) X(RL_FP8) X(RL_RQ2) X(RL_RQ4) X(RL_Q4_K) X(RL_Q6_K) X(RL_F16) X(RL_BF16)
+#define RL_MVS_TYPES(X) X(RL_Q4_0) X(RL_Q8_0) X(RL_FP8) X(RL_RQ2) X(RL_RQ4) X(RL_Q4_K) X(RL_Q5_K) X(RL_Q6_K) X(RL_F16) X(RL_BF16)
 
 __host__ __device__ constexpr bool mvs_type(int T) {
 #define MVS_IS(t) T == t ||
@@ -45,13 +47,14 @@ __host__ __device__ constexpr bool mvs_type(int T) {
 /* The streamed types stored as planes with a scale plane (the quantized ones, whose rings are
  * of 8-bit codes or less; RL_CUDA_MVS=2 streams only these). */
 __host__ __device__ constexpr bool mvs_scaled(int T) {
-    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4 || T == RL_Q4_K || T == RL_Q6_K;
+    return T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4 || T == RL_Q4_K || T == RL_Q5_K ||
+           T == RL_Q6_K;
 }
 
 /* The scaled types the bulk-page variant takes: a unit's bytes are its own in each plane (Q4_K's
  * 2 bytes per unit are an eighth of its super-block's header, which the unit needs whole; Q6_K's
  * planes are in stages). */
-__host__ __device__ constexpr bool mvb_type(int T) { return mvs_scaled(T) && T != RL_Q4_K && T != RL_Q6_K; }
+__host__ __device__ constexpr bool mvb_type(int T) { return mvs_scaled(T) && T != RL_Q4_K && T != RL_Q5_K && T != RL_Q6_K; }
 
 /* Stage layout of type T. D: stages in a warp's ring (D - 1 in flight while one is computed),
  * a ring of 4-12 KB. Q4_0 had 8 stages until the kernel lab timed the depth (docs/PERF.md
@@ -66,17 +69,17 @@ __host__ __device__ constexpr bool mvb_type(int T) { return mvs_scaled(T) && T !
  * staging takes as long by bulk copy as by loads, v2.19). */
 template <int T> struct mvs_tr {
     /* 16-byte pieces per unit (mv_tr CW values: 32, RQ2 64); Q4_K's repacked codes as Q4_0's;
-     * Q6_K's low 4 bits as Q4_0's, its high 2 bits after them (dequant.cuh, Q6_K as uploaded) */
-    static constexpr int NV = T == RL_Q4_K || T == RL_Q6_K ? 1 : mv_tr<T>::NV;
+     * Q5_K's and Q6_K's low 4 bits as Q4_0's, their high bits after them (dequant.cuh) */
+    static constexpr int NV = T == RL_Q4_K || T == RL_Q5_K || T == RL_Q6_K ? 1 : mv_tr<T>::NV;
     static constexpr bool S = mvs_scaled(T); /* has a scale plane */
     /* scale-plane bytes per unit (RQ2, RQ4: d, m; Q4_K: its 16-byte header per 8 units); Q6_K: a
      * stage's 72 bytes (SS) in a region of 80, for the next row's 16-byte alignment */
     static constexpr int SB = T == RL_RQ2 || T == RL_RQ4 ? 4 : 2;
-    static constexpr int QB = T == RL_Q6_K ? Q6K_SQ : 32 * 16 * NV; /* one row's quants of a stage */
+    static constexpr int QB = T == RL_Q6_K ? Q6K_SQ : T == RL_Q5_K ? Q5K_SQ : 32 * 16 * NV; /* one row's quants of a stage */
     static constexpr int SS = T == RL_Q6_K ? Q6K_SS : 32 * SB;      /* one row's scale-plane bytes of a stage */
     static constexpr int ROW = QB + (T == RL_Q6_K ? 80 : S ? SS : 0);
     static constexpr int STAGE = 2 * ROW;
-    static constexpr int D = T == RL_Q4_0 || T == RL_Q4_K ? 3 : T == RL_RQ2 ? 8 : T == RL_RQ4 ? 2
+    static constexpr int D = T == RL_Q4_0 || T == RL_Q4_K || T == RL_Q5_K ? 3 : T == RL_RQ2 ? 8 : T == RL_RQ4 ? 2
                              : (T == RL_Q8_0 || T == RL_FP8 || T == RL_Q6_K) ? 4 : 3;
     static constexpr int D16 = T == RL_RQ2 ? 3 : D; /* in blocks of 16 warps or more */
     static constexpr int RING = D * STAGE; /* bytes of one warp's ring */
@@ -138,14 +141,16 @@ __device__ __forceinline__ void mvs_dot(const raw_chunk<T> *r, const mv_xin &x, 
         for (int i = 0; i < 2; i++) {
             /* the K-quants: kq_dot_q8's terms, from the ring */
             if constexpr (T == RL_Q4_K) acc[i] += q4k_dot_q8(r[i].v[0], r[i].k, xw, x.xd[c], x.xsum[c]);
+            else if constexpr (T == RL_Q5_K) acc[i] += q5k_dot_q8(r[i].v[0], r[i].hi, r[i].k, xw, x.xd[c], x.xsum[c]);
             else if constexpr (T == RL_Q6_K) acc[i] += q6k_dot_q8(r[i].v[0], r[i].hi, r[i].sd, xw, x.xd[c]);
             else acc[i] += dot_q8<T>(r[i], xw, x.xd[c], x.xsum[c]);
         }
-    } else if constexpr (T == RL_Q4_K || T == RL_Q6_K) { /* chunk_dot's dequantise-then-dot */
+    } else if constexpr (T == RL_Q4_K || T == RL_Q5_K || T == RL_Q6_K) { /* chunk_dot's dequantise-then-dot */
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             float v[32];
             if constexpr (T == RL_Q4_K) q4k_vals(r[i].v[0], r[i].k, v);
+            else if constexpr (T == RL_Q5_K) q5k_vals(r[i].v[0], r[i].hi, r[i].k, v);
             else q6k_vals(r[i].v[0], r[i].hi, r[i].sd, v);
             acc[i] += dot32_f32(v, x.xs + c * 36);
         }
@@ -217,6 +222,11 @@ template <int T, bool GLU, bool Q8, bool CG = false, int DS = mvs_tr<T>::D> stru
                     if (lane < left) cp16(ru + 16 * lane, gq[i]);
                     if (lane < 16 && 2 * lane < left) cp16(ru + 512 + 16 * lane, gq[i] + 512);
                     if (lane < 16 ? 2 * lane < left : lane < 18 && 16 * (lane - 16) < left) cp4(ru + TR::QB + 4 * lane, gs[i]);
+                } else if constexpr (T == RL_Q5_K) {
+                    /* lane l: unit l's low bits, units 4l .. 4l + 3's fifth bits, and Q4_K's headers */
+                    if (lane < left) cp16(ru + 16 * lane, gq[i]);
+                    if (lane < 8 && 4 * lane < left) cp16(ru + 512 + 16 * lane, gq[i] + 512);
+                    if (lane < 16 && 2 * lane < left) cp4(ru + TR::QB + 4 * lane, gs[i]);
                 } else {
 #pragma unroll
                     for (int q = 0; q < NV; q++) { /* piece P = 32q + lane is in unit P / NV of the step */
@@ -282,7 +292,10 @@ template <int T, bool GLU, bool Q8, bool CG = false, int DS = mvs_tr<T>::D> stru
                         r[i].hi = *(const uint2 *)(ru + 512 + 8 * lane);
                         r[i].sd = (uint32_t)*(const uint16_t *)(ru + TR::QB + 2 * lane) |
                                   (uint32_t)*(const uint16_t *)(ru + TR::QB + 64 + 2 * (lane >> 3)) << 16;
-                    } else if constexpr (T == RL_Q4_K) r[i].k = q4k_sub_of(*(const uint4 *)(ru + TR::QB + 16 * (lane >> 3)), lane & 7);
+                    } else if constexpr (T == RL_Q4_K || T == RL_Q5_K) {
+                        if constexpr (T == RL_Q5_K) r[i].hi = *(const uint32_t *)(ru + 512 + 4 * lane);
+                        r[i].k = q4k_sub_of(*(const uint4 *)(ru + TR::QB + 16 * (lane >> 3)), lane & 7);
+                    }
                     else if constexpr (TR::SB == 4) r[i].d = *(const uint32_t *)(ru + TR::QB + 4 * lane);
                     else if constexpr (TR::S) r[i].d = *(const uint16_t *)(ru + TR::QB + 2 * lane);
                 }

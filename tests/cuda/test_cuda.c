@@ -1,7 +1,7 @@
 /* GPU kernel tests (need a CUDA device; run by tests/cuda/run_device.sh). Every matvec type
  * and epilogue mode against a float64 reference computed on the CPU from rl_dequant_row (the
  * reference dequantiser), over several shapes; RQ2 under both of its code decoders
- * (RL_CUDA_RQ2_LUT=0 and 1), the streamed types (F16, BF16, Q8_0, FP8, Q4_0, RQ4, Q4_K, Q6_K) under
+ * (RL_CUDA_RQ2_LUT=0 and 1), the streamed types (F16, BF16, Q8_0, FP8, Q4_0, RQ4, Q4_K, Q5_K, Q6_K) under
  * both matvec kernels (RL_CUDA_MVS=1 and 0), and the types with a scale plane but the K-quants also
  * with the streamed kernel's bulk pages (RL_CUDA_MVB=1, pages of about 8 KB and of about 1 KB): all of which must
  * agree bit for bit; the argmax's first-max tie
@@ -116,8 +116,9 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
      * those with a scale plane the streamed one's bulk pages, of about 8 KB and about 1 KB.
      * Variant 0 is the streamed kernel (RQ2: with the shift decoder), 1 the register one. */
     const bool streams = type == RL_F16 || type == RL_BF16 || type == RL_Q8_0 || type == RL_FP8 || type == RL_Q4_0 ||
-                         type == RL_RQ2 || type == RL_RQ4 || type == RL_Q4_K || type == RL_Q6_K; /* RQ2: the shift decoder streams, the table one does not */
-    const bool bulk = streams && type != RL_F16 && type != RL_BF16 && type != RL_Q4_K && type != RL_Q6_K && cols % 256 == 0;
+                         type == RL_RQ2 || type == RL_RQ4 || type == RL_Q4_K || type == RL_Q5_K || type == RL_Q6_K; /* RQ2: the shift decoder streams, the table one does not */
+    const bool bulk = streams && type != RL_F16 && type != RL_BF16 && type != RL_Q4_K && type != RL_Q5_K && type != RL_Q6_K &&
+                      cols % 256 == 0;
     const char *knob = type == RL_RQ2 ? "RL_CUDA_RQ2_LUT" : "RL_CUDA_MVS";
     const struct {
         const char *on, *mvb, *page, *name;
