@@ -106,17 +106,19 @@ static void repack_q5_k(const uint8_t *src, size_t rows, size_t cols, size_t row
             for (int sb = 0; sb < 8; sb++) {
                 const size_t c = b * 8 + sb, u = c % 32;
                 uint8_t *st = q + (r * stages + c / 32) * 640;
-                uint8_t v4[32], h1[32];
-                for (int l = 0; l < 32; l++) {
-                    v4[l] = (uint8_t)((qs[32 * (sb / 2) + l] >> (4 * (sb & 1))) & 15);
-                    h1[l] = (uint8_t)((qh[l] >> sb) & 1);
+                const int sh = 4 * (sb & 1);
+                for (int h = 0; h < 16; h += 8) { /* low bits: byte i = value i | value 16 + i << 4 */
+                    const uint64_t a = ld8(qs + 32 * (sb / 2) + h) >> sh & LO4, e = ld8(qs + 32 * (sb / 2) + 16 + h) >> sh & LO4;
+                    st8(st + 16 * u + h, a | e << 4);
                 }
-                for (int i = 0; i < 16; i++) st[16 * u + i] = (uint8_t)(v4[i] | v4[i + 16] << 4);
-                for (int bb = 0; bb < 4; bb++) { /* byte bb: bit k value 4k + bb, bit 4 + k value 16 + 4k + bb */
-                    uint8_t hb = 0;
-                    for (int k = 0; k < 4; k++) hb |= (uint8_t)(h1[4 * k + bb] << k | h1[16 + 4 * k + bb] << (4 + k));
-                    st[512 + 4 * u + bb] = hb;
+                uint32_t hw = 0; /* byte b: bit k the fifth bit of value 4k + b, bit 4 + k that of 16 + 4k + b */
+                for (int k = 0; k < 4; k++) {
+                    uint32_t v0, v1;
+                    memcpy(&v0, qh + 4 * k, 4);
+                    memcpy(&v1, qh + 16 + 4 * k, 4);
+                    hw |= (v0 >> sb & 0x01010101u) << k | (v1 >> sb & 0x01010101u) << (4 + k);
                 }
+                memcpy(st + 512 + 4 * u, &hw, 4);
             }
         }
 }
