@@ -302,11 +302,13 @@ int cmd_bench(int argc, char **argv) {
                "\"tg_min\": %.3f, \"tg_max\": %.3f, \"bytes_per_token\": %.0f, "
                "\"weight_bytes_per_token\": %zu, \"kv_bytes_per_token\": %zu, \"gbps\": %.3f, "
                "\"ceiling_gbps\": %.3f, \"ceiling_share\": %.4f, \"file_bytes\": %zu, "
-               "\"repacked_bytes\": %zu, \"prefill\": \"%s\"",
+               "\"repacked_bytes\": %zu, \"prefill\": \"%s\", \"launches_per_token\": ",
                desc, rl_model_type_name(&s.model), s.be.name, nt,
                co.exact ? "true" : "false", depth, np, ng, reps, sp.median, sp.sd, sp.min,
                sp.max, sg.median, sg.sd, sg.min, sg.max, bpt, wbytes, kvb, gbps, ceil,
                ceil > 0 ? gbps / ceil : 0, s.model.file_weight_bytes, s.be.repacked_bytes, s.be.prefill);
+        if (s.be.launches) printf("%zu", s.be.launches);
+        else printf("null"); /* the CPU launches no kernels */
         if (profile && ng > 0) {
             printf(", \"profile\": [");
             for (size_t i = 0; i < n_prof; i++)

@@ -83,6 +83,7 @@ typedef struct rl_backend {
     enum rl_device device;
     size_t n_threads;
     size_t repacked_bytes; /* host weights copied into a kernel-friendly layout at load */
+    size_t launches;       /* GPU kernel launches per decoded token (0: the CPU, which has none) */
     const char *numerics;  /* what the arithmetic is, for reports: "8-bit activations", ... */
     char prefill[256];     /* how prompts run, for reports: "exact: ...", "fast: ..." */
     char name[128]; /* "cpu-avx2", "cuda NVIDIA H200" */

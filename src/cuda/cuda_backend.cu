@@ -1077,6 +1077,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     if (persist_setup(c, e) || capture(c, e)) return -1;
     if (c->knobs.persist && !c->pk_on) /* asked for: say why not */
         fprintf(stderr, "rawloop: RL_CUDA_PERSIST=1 but the persistent kernel does not apply: %s\n", c->pk_why);
+    b->launches = c->n.launches;
     if (c->pk_on)
         snprintf(b->name, sizeof b->name, "cuda %.40s, graph of %zu launches/token (layers: 1 persistent)%s", p.name,
                  c->n.launches, c->kv_q8 ? ", q8 KV cache" : "");
@@ -1140,9 +1141,6 @@ extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_o
     return 0;
 }
 
-extern "C" size_t rl_cuda_launches_per_token(const void *impl) {
-    return ((const rl_cuda *)impl)->n.launches;
-}
 
 extern "C" int32_t rl_cuda_last_argmax(void *impl) { return *((rl_cuda *)impl)->h_amax; }
 

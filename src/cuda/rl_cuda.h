@@ -40,9 +40,8 @@ int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc, const uin
 /* Index of the first maximum of v[0..n) computed on the GPU. */
 int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e);
 
-/* For an open CUDA backend (rl_backend.impl): kernel launches in one captured token, and the
- * greedy argmax of the last forward (computed on the GPU, first max wins). */
-size_t rl_cuda_launches_per_token(const void *impl);
+/* For an open CUDA backend (rl_backend.impl): the greedy argmax of the last forward (computed
+ * on the GPU, first max wins). */
 int32_t rl_cuda_last_argmax(void *impl);
 
 #ifdef __cplusplus

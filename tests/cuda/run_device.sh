@@ -224,7 +224,8 @@ bench() { # name file
     python3 - "$1" "$js" >>"$SUMMARY" 2>>"$LOG" <<'EOF'
 import sys, json
 j = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
-print(f"| {sys.argv[1]} | tg128 x5 | {j['tg_tps']:.1f} tok/s (sd {j['tg_sd']:.1f}, min {j['tg_min']:.1f}, max {j['tg_max']:.1f}), {j['bytes_per_token']/1e6:.1f} MB/token, {j['gbps']:.0f} GB/s = {100*j['ceiling_share']:.1f}% of {j['ceiling_gbps']:.0f} GB/s | {j['backend']} |")
+n = j.get('launches_per_token')
+print(f"| {sys.argv[1]} | tg128 x5 | {j['tg_tps']:.1f} tok/s (sd {j['tg_sd']:.1f}, min {j['tg_min']:.1f}, max {j['tg_max']:.1f}), {j['bytes_per_token']/1e6:.1f} MB/token, {j['gbps']:.0f} GB/s = {100*j['ceiling_share']:.1f}% of {j['ceiling_gbps']:.0f} GB/s, {n} launches/token{'' if isinstance(n, int) and n > 0 else ' FAIL: no launch count'} | {j['backend']} |")
 EOF
     cat "$js" >>"$LOG"
 }
