@@ -61,7 +61,8 @@ __host__ __device__ constexpr bool mvb_type(int T) { return mvs_scaled(T) && T !
  * v2.17): at 5 a layer's tensors read ~1 us faster (QKV-sized 28.3 MB 11.57 against 12.59 us,
  * down-sized 25.4 MB 13.84 against 14.90), a 151 MB one 2% slower; and 3 in decoding (v2.20,
  * tg128 alternated: Llama-2-7B +1.5-1.9%, TinyLlama +0.2-1.9%; Q4_K, the same ring, with it).
- * Q8_0 is best at 4 (Q6_K, a ring of similar stages, takes 4 too).
+ * Q8_0 is best at 4 (Q6_K, a ring of similar stages, takes 4 too). Q5_K takes Q4_K's 3 (a row of
+ * a stage: 704 bytes, Q4_K's 576, Q6_K's 848): not swept on its own, nor were Q4_K and Q6_K.
  * RQ4 at 2 and RQ2 at 3 in 16-warp blocks (D16; 8 in smaller ones) were timed in decoding
  * (v2.19, tg128): RQ4 4 -> 2 +6% on TinyLlama, +11% on Llama-2-7B; RQ2 8 -> 3 +12% on 7B,
  * while TinyLlama's 8-warp blocks lost 3% at 4-6. A shallower ring leaves less queued in the
