@@ -555,17 +555,8 @@ AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int 
  * 5 and 6 the same for Q4_0, 6 slightly ahead for Q8_0). */
 #define XC 6
 
-/* Activation bytes a column chunk may span: all 8-row groups re-read the chunk's activations,
- * so it must stay in L2 (512 KiB per core here) next to the weights streaming through. At
- * n = 5632 (FFN down) 64 columns are 500 KB; chunked, each group reads them from L2, not L3. */
-#ifndef X8_ACT_BYTES
-#define X8_ACT_BYTES (224u * 1024u)
-#endif
-
 AINLINE void rows_x8(const rl_mm *m, size_t r0, size_t r1, const int q4) {
-    size_t col_bytes = m->n / RL_QK * sizeof(rl_q8a);
-    size_t chunk = X8_ACT_BYTES / col_bytes / XC * XC;
-    if (chunk < XC) chunk = XC;
+    const size_t chunk = rl_x8_chunk(m, XC);
     for (size_t s0 = 0; s0 < m->S; s0 += chunk) {
         size_t s1 = m->S - s0 < chunk ? m->S : s0 + chunk;
         for (size_t r = r0; r < r1; r += 8) {

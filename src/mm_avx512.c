@@ -488,14 +488,8 @@ AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int 
     }
 }
 
-/* Activation bytes one column chunk may span, so all 8-row groups re-read them from L2 (the
- * AVX2 kernel's reasoning; not tuned on AVX-512 hardware). */
-#define X8_ACT_BYTES (224u * 1024u)
-
 AINLINE void rows_x8(const rl_mm *m, size_t r0, size_t r1, const int q4) {
-    size_t col_bytes = m->n / RL_QK * sizeof(rl_q8a);
-    size_t chunk = X8_ACT_BYTES / col_bytes / XC * XC;
-    if (chunk < XC) chunk = XC;
+    const size_t chunk = rl_x8_chunk(m, XC); /* (the AVX2 kernel's size; not tuned here) */
     for (size_t s0 = 0; s0 < m->S; s0 += chunk) {
         size_t s1 = m->S - s0 < chunk ? m->S : s0 + chunk;
         for (size_t r = r0; r < r1; r += 8) {

@@ -126,8 +126,7 @@ AINLINE void rows_rq(const rl_mm *m, size_t r0, size_t r1, const bool four) {
  * integer dots as one int32 vector (lane = row; pair sums of at most 2*15*127, 8 of them per
  * int16 lane), then acc += d * (dot * da) and acc += m * s, as rows_rq's per-half step but for
  * 8 rows at once. A column's sums do not depend on C, so a batch gives decoding's bits.
- * Columns are not chunked to L2 as rows_x8's are: a tile of RQ_XC columns at a time over the
- * whole row. */
+ * Columns go in L2-sized chunks as rows_x8's do (rl_x8_chunk). */
 #define RQ_XC 4
 AINLINE void tile_rq_x8(const rl_mm *m, size_t r, size_t s, const int C, const bool four) {
     const size_t nb = m->n / RL_QK_RQ4, na = m->n / RL_QK, gbs = RL_PACK_ROWS * (four ? 36 : 20);
@@ -185,14 +184,18 @@ AINLINE void tile_rq_x8(const rl_mm *m, size_t r, size_t s, const int C, const b
 }
 
 AINLINE void rows_rq_x8(const rl_mm *m, size_t r0, size_t r1, const bool four) {
-    for (size_t r = r0; r < r1; r += RL_PACK_ROWS) {
-        size_t s = 0;
-        for (; s + RQ_XC <= m->S; s += RQ_XC) tile_rq_x8(m, r, s, RQ_XC, four);
-        switch (m->S - s) {
-        case 3: tile_rq_x8(m, r, s, 3, four); break;
-        case 2: tile_rq_x8(m, r, s, 2, four); break;
-        case 1: tile_rq_x8(m, r, s, 1, four); break;
-        default: break;
+    const size_t chunk = rl_x8_chunk(m, RQ_XC);
+    for (size_t s0 = 0; s0 < m->S; s0 += chunk) {
+        const size_t s1 = m->S - s0 < chunk ? m->S : s0 + chunk;
+        for (size_t r = r0; r < r1; r += RL_PACK_ROWS) {
+            size_t s = s0;
+            for (; s + RQ_XC <= s1; s += RQ_XC) tile_rq_x8(m, r, s, RQ_XC, four);
+            switch (s1 - s) {
+            case 3: tile_rq_x8(m, r, s, 3, four); break;
+            case 2: tile_rq_x8(m, r, s, 2, four); break;
+            case 1: tile_rq_x8(m, r, s, 1, four); break;
+            default: break;
+            }
         }
     }
 }

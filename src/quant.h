@@ -108,6 +108,17 @@ void rl_mm_rows_ref(const rl_mm *m, size_t r0, size_t r1);
  * activation bytes and get one int32 per row without any horizontal sum, and decode streams
  * one contiguous array. Same byte count as the row-major form. */
 #define RL_PACK_ROWS 8
+
+/* Columns per L2 chunk of a packed matmul whose tiles take xc columns at a time: every 8-row
+ * group re-reads a chunk's activations, so the chunk must stay in L2 (512 KiB per core on the
+ * AVX2 machine this was set on) beside the weights streaming through; at n = 5632 (FFN down)
+ * 64 columns are 500 KB, and chunked each group reads them from L2, not L3. A multiple of xc,
+ * at least xc. The columns' sums do not depend on the chunking: the same bits. */
+static inline size_t rl_x8_chunk(const rl_mm *m, size_t xc) {
+    const size_t act_bytes = 224u * 1024u, col_bytes = m->n / 32 * sizeof(rl_q8a);
+    const size_t chunk = act_bytes / col_bytes / xc * xc;
+    return chunk < xc ? xc : chunk;
+}
 /* True when the packed form exists for this matrix (Q4_0 / Q8_0 / RQ2 / RQ4, rows a multiple of 8). */
 bool rl_pack_format(uint32_t type, size_t rows, size_t n);
 /* True when this build's kernels read the matrix packed, so the engine packs it: the packed

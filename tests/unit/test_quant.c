@@ -453,7 +453,8 @@ static void test_packed(void) {
             size_t r0 = 8 * (rnd() % 2 ? 0 : rows / 16), r1 = rows - 8 * (rnd() % 2) * (rows > r0 + 8);
             packed_case(types[t], n, Ss[i], rows, r0, r1, rnd() & 1);
         }
-        /* wide enough that the kernel splits the columns into L2-sized chunks (24 + 16) */
+        /* wide enough that the kernel splits the columns into L2-sized chunks (24 + 16 in 6-column
+         * tiles, RQ2 / RQ4: 28 + 12 in 4-column ones) */
         packed_case(types[t], 5632, 40, 16, 8, 16, true); /* 5632 = 88 x 64 */
         CHECK(!rl_pack_supported(types[t], 12, 64), "rows not a multiple of 8 must not be packable");
     }
