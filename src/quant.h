@@ -115,7 +115,7 @@ void rl_mm_rows_ref(const rl_mm *m, size_t r0, size_t r1);
  * 64 columns are 500 KB, and chunked each group reads them from L2, not L3. A multiple of xc,
  * at least xc. The columns' sums do not depend on the chunking: the same bits. */
 static inline size_t rl_x8_chunk(const rl_mm *m, size_t xc) {
-    const size_t act_bytes = 224u * 1024u, col_bytes = m->n / 32 * sizeof(rl_q8a);
+    const size_t act_bytes = 224u * 1024u, col_bytes = m->n / RL_QK * sizeof(rl_q8a);
     const size_t chunk = act_bytes / col_bytes / xc * xc;
     return chunk < xc ? xc : chunk;
 }
