@@ -30,6 +30,10 @@ bool rl_dmat_repacked(uint32_t type) {
            type == RL_RQ2 || type == RL_RQ4;
 }
 
+/* Q5_K / Q6_K rows are uploaded in stages of 32 sub-blocks of 32 values (dequant.cuh), the last
+ * one padded to full size. */
+static size_t kq_stages(size_t cols) { return (cols / 32 + 31) / 32; }
+
 void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, size_t *q_bytes,
                    size_t *s_bytes) {
     if (type == RL_Q4_0) {
@@ -42,12 +46,11 @@ void rl_dmat_sizes(uint32_t type, size_t rows, size_t cols, size_t row_bytes, si
         *q_bytes = rows * (cols / 2);
         *s_bytes = rows * (cols / 256) * 16;
     } else if (type == RL_Q5_K) { /* stages of 32 units of 32 values: 640 code bytes; Q4_K's headers apart */
-        *q_bytes = rows * ((cols / 32 + 31) / 32) * 640;
+        *q_bytes = rows * kq_stages(cols) * 640;
         *s_bytes = rows * (cols / 256) * 16;
     } else if (type == RL_Q6_K) { /* stages of 32 units of 32 values: 768 code bytes, 72 of scales and d */
-        const size_t stages = (cols / 32 + 31) / 32;
-        *q_bytes = rows * stages * 768;
-        *s_bytes = rows * stages * 72;
+        *q_bytes = rows * kq_stages(cols) * 768;
+        *s_bytes = rows * kq_stages(cols) * 72;
     } else if (type == RL_RQ2 || type == RL_RQ4) { /* 16 (RQ4: 32) code bytes per 64, the (d, m) fp16 pair apart */
         *q_bytes = rows * (cols / (type == RL_RQ2 ? 4 : 2));
         *s_bytes = rows * (cols / 64) * 4;
@@ -74,7 +77,13 @@ static uint64_t ld8(const uint8_t *p) {
 static void st8(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 #define LO4 0x0F0F0F0F0F0F0F0FULL
 
-/* Both loops below work on 8 bytes at a time: a byte-at-a-time repack read 0.5-0.65 GB/s here,
+/* A sub-block's low 4 bits in Q4_0's order (byte i: value i | value 16 + i << 4), from the
+ * nibbles at bit sh of v[0..31] (llama.cpp's ql / qs bytes, one value each). */
+static void put_low4(uint8_t *dst, const uint8_t *v, int sh) {
+    for (int h = 0; h < 16; h += 8) st8(dst + h, (ld8(v + h) >> sh & LO4) | (ld8(v + 16 + h) >> sh & LO4) << 4);
+}
+
+/* The repacks below work on 8 bytes at a time: a byte-at-a-time repack read 0.5-0.65 GB/s here,
  * seconds of a 7B Q4_K_M file's load. */
 static void repack_q4_k(const uint8_t *src, size_t rows, size_t cols, size_t row_bytes, uint8_t *q, uint8_t *s) {
     const size_t nb = cols / 256;
@@ -84,11 +93,8 @@ static void repack_q4_k(const uint8_t *src, size_t rows, size_t cols, size_t row
             memcpy(s + (r * nb + b) * 16, blk, 16);
             for (int j = 0; j < 4; j++) { /* sub-blocks 2j (low nibbles) and 2j + 1 (high) */
                 uint8_t *o = q + ((r * nb + b) * 8 + 2 * j) * 16;
-                for (int h = 0; h < 16; h += 8) {
-                    const uint64_t a = ld8(qs + 32 * j + h), c = ld8(qs + 32 * j + 16 + h); /* values h.., 16 + h.. */
-                    st8(o + h, (a & LO4) | (c & LO4) << 4);
-                    st8(o + 16 + h, (a >> 4 & LO4) | (c & ~LO4));
-                }
+                put_low4(o, qs + 32 * j, 0);
+                put_low4(o + 16, qs + 32 * j, 4);
             }
         }
 }
@@ -97,7 +103,7 @@ static void repack_q4_k(const uint8_t *src, size_t rows, size_t cols, size_t row
  * in stages of 32 sub-blocks (dequant.cuh, Q5_K as uploaded): llama.cpp's dequantize_row_q5_K
  * takes value l of sub-block sb from qs[32 (sb / 2) + l] (nibble sb & 1) and bit sb of qh[l]. */
 static void repack_q5_k(const uint8_t *src, size_t rows, size_t cols, size_t row_bytes, uint8_t *q, uint8_t *s) {
-    const size_t nb = cols / 256, stages = (cols / 32 + 31) / 32;
+    const size_t nb = cols / 256, stages = kq_stages(cols);
     memset(q, 0, rows * stages * 640); /* the last stage's padding */
     for (size_t r = 0; r < rows; r++)
         for (size_t b = 0; b < nb; b++) {
@@ -106,11 +112,7 @@ static void repack_q5_k(const uint8_t *src, size_t rows, size_t cols, size_t row
             for (int sb = 0; sb < 8; sb++) {
                 const size_t c = b * 8 + sb, u = c % 32;
                 uint8_t *st = q + (r * stages + c / 32) * 640;
-                const int sh = 4 * (sb & 1);
-                for (int h = 0; h < 16; h += 8) { /* low bits: byte i = value i | value 16 + i << 4 */
-                    const uint64_t a = ld8(qs + 32 * (sb / 2) + h) >> sh & LO4, e = ld8(qs + 32 * (sb / 2) + 16 + h) >> sh & LO4;
-                    st8(st + 16 * u + h, a | e << 4);
-                }
+                put_low4(st + 16 * u, qs + 32 * (sb / 2), 4 * (sb & 1));
                 uint32_t hw = 0; /* byte b: bit k the fifth bit of value 4k + b, bit 4 + k that of 16 + 4k + b */
                 for (int k = 0; k < 4; k++) {
                     uint32_t v0, v1;
@@ -127,7 +129,7 @@ static void repack_q5_k(const uint8_t *src, size_t rows, size_t cols, size_t row
  * (of 4) in half hh (of 2) from ql[64 hh + 32 (g & 1) + l] (nibble g / 2) and qh[32 hh + l] (bits
  * 2g, 2g + 1), with sub-scales 2 sb and 2 sb + 1. */
 static void repack_q6_k(const uint8_t *src, size_t rows, size_t cols, size_t row_bytes, uint8_t *q, uint8_t *s) {
-    const size_t nb = cols / 256, stages = (cols / 32 + 31) / 32;
+    const size_t nb = cols / 256, stages = kq_stages(cols);
     memset(q, 0, rows * stages * 768); /* the last stage's padding */
     memset(s, 0, rows * stages * 72);
     for (size_t r = 0; r < rows; r++)
@@ -138,10 +140,7 @@ static void repack_q6_k(const uint8_t *src, size_t rows, size_t cols, size_t row
                 uint8_t *st = q + (r * stages + c / 32) * 768, *ss = s + (r * stages + c / 32) * 72;
                 const int hh = sb / 4, g = sb % 4;
                 const uint8_t *l4 = ql + 64 * hh + 32 * (g & 1), *h2 = qh + 32 * hh;
-                for (int h = 0; h < 16; h += 8) { /* low bits: byte i = value i | value 16 + i << 4 */
-                    const uint64_t a = ld8(l4 + h) >> (4 * (g / 2)) & LO4, e = ld8(l4 + 16 + h) >> (4 * (g / 2)) & LO4;
-                    st8(st + 16 * u + h, a | e << 4);
-                }
+                put_low4(st + 16 * u, l4, 4 * (g / 2));
                 for (int w = 0; w < 2; w++) { /* word w: values 16w + 4k + b at bits 8b + 2k */
                     uint32_t hw = 0;
                     for (int k = 0; k < 4; k++) {
