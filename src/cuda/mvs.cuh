@@ -61,8 +61,11 @@ __host__ __device__ constexpr bool mvb_type(int T) { return mvs_scaled(T) && T !
  * v2.17): at 5 a layer's tensors read ~1 us faster (QKV-sized 28.3 MB 11.57 against 12.59 us,
  * down-sized 25.4 MB 13.84 against 14.90), a 151 MB one 2% slower; and 3 in decoding (v2.20,
  * tg128 alternated: Llama-2-7B +1.5-1.9%, TinyLlama +0.2-1.9%; Q4_K, the same ring, with it).
- * Q8_0 is best at 4 (Q6_K, a ring of similar stages, takes 4 too). Q5_K takes Q4_K's 3 (a row of
- * a stage: 704 bytes, Q4_K's 576, Q6_K's 848): not swept on its own, nor were Q4_K and Q6_K.
+ * Q8_0 is best at 4 (Q6_K, a ring of similar stages, takes 4 too). Q5_K takes Q4_K's 3, and 2 in
+ * 16-warp blocks (a row of a stage: 704 bytes, Q4_K's 576, Q6_K's 848). The K-quants' depths
+ * were swept in decoding (v2.22, tg128 two rounds, Q4_K 2-5, Q5_K 2-5, Q6_K 3-6 on TinyLlama and
+ * Llama-2-7B Q4_K_M / Q5_K_M): only Q5_K at 2 in 7B's 16-warp blocks gained (+2.5%; TinyLlama's
+ * 8-warp blocks lost 1.3% at 2); every other depth was within 0.5% or slower.
  * RQ4 at 2 and RQ2 at 3 in 16-warp blocks (D16; 8 in smaller ones) were timed in decoding
  * (v2.19, tg128): RQ4 4 -> 2 +6% on TinyLlama, +11% on Llama-2-7B; RQ2 8 -> 3 +12% on 7B,
  * while TinyLlama's 8-warp blocks lost 3% at 4-6. A shallower ring leaves less queued in the
@@ -82,7 +85,7 @@ template <int T> struct mvs_tr {
     static constexpr int STAGE = 2 * ROW;
     static constexpr int D = T == RL_Q4_0 || T == RL_Q4_K || T == RL_Q5_K ? 3 : T == RL_RQ2 ? 8 : T == RL_RQ4 ? 2
                              : (T == RL_Q8_0 || T == RL_FP8 || T == RL_Q6_K) ? 4 : 3;
-    static constexpr int D16 = T == RL_RQ2 ? 3 : D; /* in blocks of 16 warps or more */
+    static constexpr int D16 = T == RL_RQ2 ? 3 : T == RL_Q5_K ? 2 : D; /* in blocks of 16 warps or more */
     static constexpr int RING = D * STAGE; /* bytes of one warp's ring */
 };
 
