@@ -65,8 +65,8 @@ __host__ __device__ constexpr bool mvb_type(int T) { return mvs_scaled(T) && T !
  * 16-warp blocks (a row of a stage: 704 bytes, Q4_K's 576, Q6_K's 848). The K-quants' depths
  * were swept in decoding (v2.22, tg128 two rounds, Q4_K 2-5, Q5_K 2-5, Q6_K 3-6 on TinyLlama and
  * Llama-2-7B Q4_K_M / Q5_K_M): only Q5_K at 2 in 7B's 16-warp blocks gained (+2.5%; TinyLlama's
- * 8-warp blocks lost 1.3% at 2); every other depth was within 0.5% or slower. So were Q4_0 (2, 4),
- * Q8_0 (2, 3, 5) and F16 (2, 4) in v2.22: none beat its default.
+ * 8-warp blocks lost 1.3% at 2); every other depth was within 0.5% or slower. Q4_0 (2, 4), Q8_0
+ * (2, 3, 5) and F16 (2, 4) were swept the same way: none beat its default.
  * RQ4 at 2 and RQ2 at 3 in 16-warp blocks (D16; 8 in smaller ones) were timed in decoding
  * (v2.19, tg128): RQ4 4 -> 2 +6% on TinyLlama, +11% on Llama-2-7B; RQ2 8 -> 3 +12% on 7B,
  * while TinyLlama's 8-warp blocks lost 3% at 4-6. A shallower ring leaves less queued in the
