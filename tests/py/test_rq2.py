@@ -176,6 +176,22 @@ def test_recipe_types_and_note(files):
                      r"multiple of its 256-value block \(first: blk\.0\.ffn_down\.weight\)", log), log
 
 
+def test_committed_mixed_recipe(files, tmp_path):
+    """bench/mix-2.8bpw.recipe, the file PERF.md's mixed 7B figures were quantized with, gives the
+    types it documents: attn_output and the head RQ4, token_embd Q8_0, every other matrix RQ2."""
+    import pathlib
+    recipe = pathlib.Path(__file__).resolve().parents[2] / "bench" / "mix-2.8bpw.recipe"
+    out = tmp_path / "mix28.gguf"
+    run_rawloop("quantize", files["src"], out, "--recipe", recipe, "-t", 2)
+    _, tensors = read_gguf(out)
+    got = {n: type_name(t) for n, (t, _, _) in tensors.items()}
+    for n, v in got.items():
+        want = ("F32" if "norm" in n else "RQ4" if n.endswith("attn_output.weight") or n == "output.weight"
+                else "Q8_0" if n == "token_embd.weight" else "RQ2")
+        assert v == want, (n, v, want)
+    assert got["output.weight"] == "RQ4" and got["blk.1.ffn_down.weight"] == "RQ2"
+
+
 def test_pure_type(files):
     _, tensors = read_gguf(files["pure"])
     got = {n: type_name(t) for n, (t, _, _) in tensors.items()}
