@@ -75,7 +75,7 @@ static void gen_worker(void *ctx, size_t ith, size_t nth) {
                 }
             }
         }
-        rl_quant_row(j->t->type, row, j->out + r * j->row_bytes, cols);
+        rl_quant_row_fast(j->t->type, row, j->out + r * j->row_bytes, cols, NULL);
     }
     free(row);
 }

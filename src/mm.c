@@ -759,3 +759,59 @@ void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = rl_f32_to_f16(src[i]);
 #endif
 }
+
+/* ---- weight quantization ------------------------------------------------------------------ */
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+/* Q8_0 blocks with quant.c's operations (quant_q8_0, ggml's quantize_row_q8_0_ref): amax in any
+ * order (max is exact; a NaN input is skipped as fmaxf skips it), d = amax / 127, id = 1 / d,
+ * codes x * id rounded half away from zero as roundf: trunc(|v|) plus one where the dropped
+ * fraction |v| - trunc(|v|) (exact) is at least 0.5, with v's sign. |v| <= 127, so the int32
+ * codes pack to int8 without saturating. Taken on AVX2 and AVX-512 builds alike: the work is
+ * converting, not multiplying, and one x86 version is enough. */
+static void q8_0_row_avx2(const float *x, uint8_t *b, size_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK, b += 34) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* a NaN lane keeps m's */
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+        const float amax = _mm_cvtss_f32(m4), d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+        const uint16_t h = rl_f32_to_f16(d);
+        b[0] = (uint8_t)h;
+        b[1] = (uint8_t)(h >> 8);
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) {
+            const __m256 p = _mm256_mul_ps(v[k], vid), a = _mm256_andnot_ps(sign, p);
+            __m256 t = _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(a, t), half, _CMP_GE_OQ), one));
+            q[k] = _mm256_cvttps_epi32(_mm256_or_ps(t, _mm256_and_ps(sign, p)));
+        }
+        /* packs work within 128-bit lanes: dwords come out as v0[0-3] v1[0-3] v2[0-3] v3[0-3]
+         * v0[4-7] ..., which the permute puts back in order */
+        const __m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(b + 2), _mm256_permutevar8x32_epi32(q8, order));
+    }
+}
+#endif
+
+void rl_quant_row_fast(uint32_t type, const float *src, void *dst, size_t n, const float *w) {
+    if (type == RL_F16) { /* rounded to nearest even either way, NaN quieted as F16C does */
+        rl_f32_to_f16_row(src, dst, n);
+        return;
+    }
+#if defined(__AVX2__)
+    if (type == RL_Q8_0 && !rl_quant_uses_weights(type)) {
+        q8_0_row_avx2(src, dst, n);
+        return;
+    }
+#endif
+    rl_quant_row_w(type, src, dst, n, w);
+}

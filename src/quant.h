@@ -45,6 +45,9 @@ void rl_quant_row(uint32_t type, const float *src, void *dst, size_t n);
 void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const float *w);
 /* True when rl_quant_row_w uses its weights for this type. */
 bool rl_quant_uses_weights(uint32_t type);
+/* rl_quant_row_w's bytes, by SIMD where there is a kernel (mm.c: F16 by rl_f32_to_f16_row, Q8_0
+ * on x86 with AVX2), else rl_quant_row_w itself. What the quantize and mkmodel tools call. */
+void rl_quant_row_fast(uint32_t type, const float *src, void *dst, size_t n, const float *w);
 
 /* The value of an FP8 (e4m3) code, exactly (docs/FORMATS.md, section FP8); the table is
  * rl_e4m3_to_f32's, for loops that decode many codes. */

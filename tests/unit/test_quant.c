@@ -3,7 +3,8 @@
  * Without arguments: unit tests. The SIMD kernels (rl_mm_rows) are checked against the scalar
  * reference (rl_mm_rows_ref) on random blocks over many shapes, the fast path against the exact
  * path within the bound its 8-bit activations imply, quantizers by round trip, fp16/bf16 by
- * exhaustive and edge cases (against the F16C hardware conversion where the build has it).
+ * exhaustive and edge cases (against the F16C hardware conversion where the build has it), the
+ * tools' SIMD weight quantizer (rl_quant_row_fast) against rl_quant_row byte for byte.
  *
  * With arguments it is the bridge the Python oracle test (tests/py/test_quant_oracle.py) uses:
  *   test_quant dequant TYPE in.bin out.f32    rl_dequant_row over the whole file
@@ -1157,8 +1158,41 @@ static void test_weighted(void) {
     free(x); free(w); free(y); free(ones); free(flat); free(four); free(a); free(b); free(c);
 }
 
+/* rl_quant_row_fast (the SIMD weight quantizer the quantize and mkmodel tools call) gives
+ * rl_quant_row's bytes for every type: random rows, and blocks made to hit its edge cases (codes
+ * at exact .5 ties, negative ties, an all-zero block, one nonzero value, tiny and huge scales). */
+static void test_quant_fast(void) {
+    enum { N = 1024 };
+    static float x[N];
+    static uint8_t a[N * 2], b[N * 2];
+    int bad = 0, rows = 0;
+    for (size_t t = 0; t < NTYPES; t++) {
+        const uint32_t type = k_types[t];
+        const size_t rb = rl_row_bytes(type, N);
+        for (int r = 0; r < 12; r++, rows++) {
+            const float scale = r < 4 ? 1.0f : r < 8 ? 1e-4f : 300.0f;
+            for (size_t i = 0; i < N; i++) x[i] = rnd_gauss() * scale;
+            if (r % 4 == 1) /* amax 127 in each 32-block: d = 1, so v.5 values are exact ties */
+                for (size_t i = 0; i < N; i++) x[i] = i % 32 == 0 ? 127.0f : (float)((int)(rnd() % 255) - 127) + 0.5f;
+            if (r % 4 == 2) /* amax 12.7: d = 0.1 (inexact), values near ties */
+                for (size_t i = 0; i < N; i++) x[i] = i % 32 == 5 ? -12.7f : 0.05f * (float)((int)(rnd() % 509) - 254);
+            if (r % 4 == 3) { /* a zero block and a block with one value */
+                for (size_t i = 0; i < 64; i++) x[i] = 0.0f;
+                x[40] = -3.25f;
+            }
+            memset(a, 0x11, rb);
+            memset(b, 0x22, rb);
+            rl_quant_row(type, x, a, N);
+            rl_quant_row_fast(type, x, b, N, NULL);
+            if (memcmp(a, b, rb)) bad++;
+        }
+    }
+    CHECK(bad == 0, "rl_quant_row_fast differs from rl_quant_row on %d of %d rows", bad, rows);
+}
+
 int main(int argc, char **argv) {
     if (argc > 1) return tool(argc, argv);
+    test_quant_fast();
     test_f16();
 #if defined(__aarch64__)
     test_f16_arm64();
