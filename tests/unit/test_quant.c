@@ -1164,12 +1164,13 @@ static void test_weighted(void) {
 static void test_quant_fast(void) {
     enum { N = 1024 };
     static float x[N];
-    static uint8_t a[N * 2], b[N * 2];
+    static uint8_t a[N * 4], b[N * 4]; /* F32 rows are the widest */
     int bad = 0, rows = 0;
     for (size_t t = 0; t < NTYPES; t++) {
         const uint32_t type = k_types[t];
         const size_t rb = rl_row_bytes(type, N);
-        for (int r = 0; r < 12; r++, rows++) {
+        CHECK(rb <= sizeof a, "%s: a row of %zu bytes does not fit the test's buffers", rl_type_name(type), rb);
+        for (int r = 0; r < 12 && rb <= sizeof a; r++, rows++) {
             const float scale = r < 4 ? 1.0f : r < 8 ? 1e-4f : 300.0f;
             for (size_t i = 0; i < N; i++) x[i] = rnd_gauss() * scale;
             if (r % 4 == 1) /* amax 127 in each 32-block: d = 1, so v.5 values are exact ties */
