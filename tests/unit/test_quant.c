@@ -1174,7 +1174,7 @@ static void test_quant_fast(void) {
             const float scale = r < 4 ? 1.0f : r < 8 ? 1e-4f : 300.0f;
             for (size_t i = 0; i < N; i++) x[i] = rnd_gauss() * scale;
             if (r % 4 == 1) /* amax 127 in each 32-block: d = 1, so v.5 values are exact ties */
-                for (size_t i = 0; i < N; i++) x[i] = i % 32 == 0 ? 127.0f : (float)((int)(rnd() % 255) - 127) + 0.5f;
+                for (size_t i = 0; i < N; i++) x[i] = i % 32 == 0 ? 127.0f : (float)((int)(rnd() % 254) - 127) + 0.5f; /* -126.5 .. 126.5 */
             if (r % 4 == 2) /* amax 12.7: d = 0.1 (inexact), values near ties */
                 for (size_t i = 0; i < N; i++) x[i] = i % 32 == 5 ? -12.7f : 0.05f * (float)((int)(rnd() % 509) - 254);
             if (r % 4 == 3) { /* a zero block and a block with one value */
