@@ -121,10 +121,8 @@ static void q_worker(void *ctx, size_t ith, size_t nth) {
     j->nan_at[ith] = SIZE_MAX;
     for (size_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
         size_t r = j->r0 + i, sr = hf_src_row(r, j->rows, j->t->perm_heads);
-        if (!j->t->hf && j->t->type == RL_F16) { /* F16C / NEON where there is one: the same values (a NaN comes out quieted) */
-            rl_f16_to_f32_row((const uint16_t *)(j->t->data + sr * j->src_row_bytes), row, j->cols);
-        } else if (!j->t->hf) {
-            rl_dequant_row(j->t->type, j->t->data + sr * j->src_row_bytes, row, j->cols);
+        if (!j->t->hf) {
+            rl_dequant_row_fast(j->t->type, j->t->data + sr * j->src_row_bytes, row, j->cols);
         } else {
             size_t c = hf_read_row(j->t->hf, sr, row);
             if (c != SIZE_MAX) {

@@ -77,8 +77,8 @@ static float fp8_scale_at(const hf_fp8 *f, size_t i) {
 size_t hf_read_row(const hf_tensor *t, size_t sr, float *out) {
     size_t cols = (size_t)t->ne[0];
     if (t->type != HF_F8_E4M3) {
-        rl_dequant_row(t->type, (const uint8_t *)t->data + sr * rl_row_bytes(t->type, cols), out,
-                       cols);
+        rl_dequant_row_fast(t->type, (const uint8_t *)t->data + sr * rl_row_bytes(t->type, cols), out,
+                            cols);
         return SIZE_MAX;
     }
     const hf_fp8 *f = &t->fp8;

@@ -442,18 +442,9 @@ AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int f) {
 /* Same operations as the scalar reference (amax, d = amax/127, id = 127/amax, round to nearest
  * even of x*id under the default rounding mode, integer sum), so the output is identical. */
 static void q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK) {
-        __m256 v[4], mx = _mm256_setzero_ps();
-        RL_UNROLL
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[k]));
-        }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float amax = _mm_cvtss_f32(m4);
+        __m256 v[4];
+        float amax = blk32_amax(x, v);
         float d = amax / 127, id = d != 0 ? 127 / amax : 0;
         __m256 vid = _mm256_set1_ps(id);
         __m256i q[4], sum = _mm256_setzero_si256();
@@ -462,10 +453,7 @@ static void q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
             q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));
             sum = _mm256_add_epi32(sum, q[k]);
         }
-        /* int32 -> int8: the packs interleave 128-bit lanes, the permute puts them back */
-        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)dst[i].qs, p);
+        st_i8x32(dst[i].qs, q);
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
@@ -763,26 +751,17 @@ void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
 /* ---- weight quantization ------------------------------------------------------------------ */
 
 #if defined(__AVX2__)
-#include <immintrin.h>
-/* Q8_0 blocks with quant.c's operations (quant_q8_0, ggml's quantize_row_q8_0_ref): amax in any
- * order (max is exact; a NaN input is skipped as fmaxf skips it), d = amax / 127, id = 1 / d,
- * codes x * id rounded half away from zero as roundf: trunc(|v|) plus one where the dropped
- * fraction |v| - trunc(|v|) (exact) is at least 0.5, with v's sign. |v| <= 127, so the int32
- * codes pack to int8 without saturating. Taken on AVX2 and AVX-512 builds alike: the work is
- * converting, not multiplying, and one x86 version is enough. */
+/* Q8_0 blocks with quant.c's operations (quant_q8_0, ggml's quantize_row_q8_0_ref): amax as
+ * blk32_amax takes it, d = amax / 127, id = 1 / d, codes x * id rounded half away from zero as
+ * roundf: trunc(|v|) plus one where the dropped fraction |v| - trunc(|v|) (exact) is at least
+ * 0.5, with v's sign. |v| <= 127, so the codes pack to int8 without saturating. Taken on AVX2
+ * and AVX-512 builds alike: the work is converting, not multiplying, and one x86 version is
+ * enough. */
 static void q8_0_row_avx2(const float *x, uint8_t *b, size_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK, b += 34) {
-        __m256 v[4], m = _mm256_setzero_ps();
-        for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + 8 * k);
-            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* a NaN lane keeps m's */
-        }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
-        const float amax = _mm_cvtss_f32(m4), d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+        __m256 v[4];
+        const float amax = blk32_amax(x, v), d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
         const uint16_t h = rl_f32_to_f16(d);
         b[0] = (uint8_t)h;
         b[1] = (uint8_t)(h >> 8);
@@ -794,13 +773,15 @@ static void q8_0_row_avx2(const float *x, uint8_t *b, size_t n) {
             t = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(_mm256_sub_ps(a, t), half, _CMP_GE_OQ), one));
             q[k] = _mm256_cvttps_epi32(_mm256_or_ps(t, _mm256_and_ps(sign, p)));
         }
-        /* packs work within 128-bit lanes: dwords come out as v0[0-3] v1[0-3] v2[0-3] v3[0-3]
-         * v0[4-7] ..., which the permute puts back in order */
-        const __m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256((__m256i *)(b + 2), _mm256_permutevar8x32_epi32(q8, order));
+        st_i8x32(b + 2, q);
     }
 }
 #endif
+
+void rl_dequant_row_fast(uint32_t type, const void *src, float *dst, size_t n) {
+    if (type == RL_F16) rl_f16_to_f32_row(src, dst, n); /* a NaN comes out quieted (F16C) */
+    else rl_dequant_row(type, src, dst, n);
+}
 
 void rl_quant_row_fast(uint32_t type, const float *src, void *dst, size_t n, const float *w) {
     if (type == RL_F16) { /* rounded to nearest even either way, NaN quieted as F16C does */

@@ -48,6 +48,28 @@ static inline __attribute__((always_inline)) void x8_store(const rl_mm *m, size_
     }
 }
 
+/* A 32-value block loaded into v[0..3], and its amax = max |x_j| as the scalar references take
+ * it (fmaxf: a NaN value is skipped, the running max being max_ps's second operand). */
+static inline __attribute__((always_inline)) float blk32_amax(const float *x, __m256 v[4]) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m);
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
+/* 32 int32 codes (each within int8) stored as 32 bytes in order: the packs work within 128-bit
+ * lanes (dwords v0[0-3] v1[0-3] v2[0-3] v3[0-3] v0[4-7] ...), the permute puts them back. */
+static inline __attribute__((always_inline)) void st_i8x32(void *dst, const __m256i q[4]) {
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)dst, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 /* The sum of the 8 lanes, in a fixed order. */
 static inline __attribute__((always_inline)) float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -4,7 +4,8 @@
  * reference (rl_mm_rows_ref) on random blocks over many shapes, the fast path against the exact
  * path within the bound its 8-bit activations imply, quantizers by round trip, fp16/bf16 by
  * exhaustive and edge cases (against the F16C hardware conversion where the build has it), the
- * tools' SIMD weight quantizer (rl_quant_row_fast) against rl_quant_row byte for byte.
+ * tools' SIMD weight quantizer and row decoder (rl_quant_row_fast, rl_dequant_row_fast) against
+ * rl_quant_row and rl_dequant_row byte for byte.
  *
  * With arguments it is the bridge the Python oracle test (tests/py/test_quant_oracle.py) uses:
  *   test_quant dequant TYPE in.bin out.f32    rl_dequant_row over the whole file
@@ -1189,6 +1190,17 @@ static void test_quant_fast(void) {
         }
     }
     CHECK(bad == 0, "rl_quant_row_fast differs from rl_quant_row on %d of %d rows", bad, rows);
+    /* and the tools' row decoder, rl_dequant_row_fast, gives rl_dequant_row's values */
+    static float ya[N], yb[N];
+    bad = 0;
+    for (size_t t = 0; t < NTYPES; t++)
+        for (int r = 0; r < 4; r++) {
+            random_row(k_types[t], a, N);
+            rl_dequant_row(k_types[t], a, ya, N);
+            rl_dequant_row_fast(k_types[t], a, yb, N);
+            if (memcmp(ya, yb, sizeof ya)) bad++;
+        }
+    CHECK(bad == 0, "rl_dequant_row_fast differs from rl_dequant_row on %d rows", bad);
 }
 
 int main(int argc, char **argv) {
