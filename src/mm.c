@@ -793,6 +793,11 @@ void rl_quant_row_fast(uint32_t type, const float *src, void *dst, size_t n, con
         q8_0_row_avx2(src, dst, n);
         return;
     }
+#elif defined(RL_MM_NEON)
+    if (type == RL_Q8_0 && !rl_quant_uses_weights(type)) {
+        rl_neon_q8_0_row(src, dst, n);
+        return;
+    }
 #endif
     rl_quant_row_w(type, src, dst, n, w);
 }

@@ -624,18 +624,33 @@ static void rows_k(const rl_mm *m, size_t r0, size_t r1) {
 
 /* ---- activation quantization ------------------------------------------------------------- */
 
+/* A 32-value block loaded into v and its amax (0 for a zero block) */
+AINLINE float blk32_amax(const float *x, float32x4_t v[8]) {
+    float32x4_t mx = vdupq_n_f32(0);
+    RL_UNROLL
+    for (int k = 0; k < 8; k++) {
+        v[k] = vld1q_f32(x + 4 * k);
+        mx = vmaxq_f32(mx, vabsq_f32(v[k]));
+    }
+    return vmaxvq_f32(mx);
+}
+
+/* 32 codes in [-127, 127] stored as int8 (the saturating narrows never saturate) */
+AINLINE void st_i8x32(int8_t *dst, const int32x4_t q[8]) {
+    RL_UNROLL
+    for (int h = 0; h < 2; h++) {
+        int16x8_t a = vcombine_s16(vqmovn_s32(q[4 * h]), vqmovn_s32(q[4 * h + 1]));
+        int16x8_t b = vcombine_s16(vqmovn_s32(q[4 * h + 2]), vqmovn_s32(q[4 * h + 3]));
+        vst1q_s8(dst + 16 * h, vcombine_s8(vqmovn_s16(a), vqmovn_s16(b)));
+    }
+}
+
 /* Same operations as rl_q8a_quant_row_ref (amax, d = amax/127, id = 127/amax, x*id rounded to
- * nearest even by fcvtns, integer sum), so the output is identical. The saturating narrows
- * never saturate: |x*id| <= 127. */
+ * nearest even by fcvtns, integer sum), so the output is identical: |x*id| <= 127. */
 void rl_neon_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
     for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK) {
-        float32x4_t v[8], mx = vdupq_n_f32(0);
-        RL_UNROLL
-        for (int k = 0; k < 8; k++) {
-            v[k] = vld1q_f32(x + 4 * k);
-            mx = vmaxq_f32(mx, vabsq_f32(v[k]));
-        }
-        float amax = vmaxvq_f32(mx);
+        float32x4_t v[8];
+        float amax = blk32_amax(x, v);
         float d = amax / 127, id = d != 0 ? 127 / amax : 0;
         int32x4_t q[8], sum = vdupq_n_s32(0);
         RL_UNROLL
@@ -643,16 +658,28 @@ void rl_neon_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
             q[k] = vcvtnq_s32_f32(vmulq_n_f32(v[k], id));
             sum = vaddq_s32(sum, q[k]);
         }
-        RL_UNROLL
-        for (int h = 0; h < 2; h++) {
-            int16x8_t a = vcombine_s16(vqmovn_s32(q[4 * h]), vqmovn_s32(q[4 * h + 1]));
-            int16x8_t b = vcombine_s16(vqmovn_s32(q[4 * h + 2]), vqmovn_s32(q[4 * h + 3]));
-            vst1q_s8(dst[i].qs + 16 * h, vcombine_s8(vqmovn_s16(a), vqmovn_s16(b)));
-        }
+        st_i8x32(dst[i].qs, q);
         int total = vaddvq_s32(sum);
         dst[i].d = d;
         dst[i].s = d * (float)total;
         dst[i].sum8 = 8 * total;
+    }
+}
+
+/* Q8_0 weight blocks with quant.c's operations (quant_q8_0, ggml's quantize_row_q8_0_ref):
+ * d = amax / 127, id = 1 / d, codes x * id rounded half away from zero, which fcvtas does as
+ * roundf does; d stored as fp16. */
+void rl_neon_q8_0_row(const float *x, uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK, b += 34) {
+        float32x4_t v[8];
+        const float amax = blk32_amax(x, v), d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+        const uint16_t h = rl_f32_to_f16(d);
+        b[0] = (uint8_t)h;
+        b[1] = (uint8_t)(h >> 8);
+        int32x4_t q[8];
+        RL_UNROLL
+        for (int k = 0; k < 8; k++) q[k] = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));
+        st_i8x32((int8_t *)b + 2, q);
     }
 }
 

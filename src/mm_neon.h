@@ -12,6 +12,7 @@ void rl_neon_mm_rows(const rl_mm *m, size_t r0, size_t r1);
 void rl_neon_q8a_quant_row(const float *x, rl_q8a *dst, size_t n);
 void rl_neon_f16_to_f32_row(const uint16_t *src, float *dst, size_t n);
 void rl_neon_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
+void rl_neon_q8_0_row(const float *x, uint8_t *b, size_t n); /* Q8_0 weight blocks, rl_quant_row's bytes */
 #endif
 
 #endif
