@@ -1,7 +1,7 @@
-# Device script for bench/exp (README.md there). Build here first, for sm_90a, three trees:
-# main (build-dev/main/rawloop), main + scale-free.patch (build-dev/sf/rawloop) and main +
-# exp-prologue.patch (build-dev/exp/rawloop); strip, `tar cJf build-dev/bins.tar.xz -C build-dev
-# main sf exp`, and carry build-dev and .dev/cuda (the llama SPM vocabulary). Prints a table.
+# Device script for bench/exp (README.md there). Build here first with bench/exp/build.sh
+# (build-dev/bins.tar.xz: main, main + scale-free.patch, main + exp-prologue.patch, for sm_90a),
+# copy the llama SPM test vocabulary to .dev/cuda, and carry build-dev and .dev/cuda. The
+# scale-free build's tests are tests/cuda/run_device.sh's (unpack it to a build dir first).
 set -u; cd "$(dirname "$0")/../.."
 mkdir -p /tmp/m /tmp/b; tar xJf build-dev/bins.tar.xz -C /tmp/b
 M=/tmp/b/main/rawloop S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
