@@ -761,11 +761,7 @@ static void q8_0_row_avx2(const float *x, uint8_t *b, size_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK, b += 34) {
         __m256 v[4];
-        const float amax = blk32_amax(x, v), d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
-        const uint16_t h = rl_f32_to_f16(d);
-        b[0] = (uint8_t)h;
-        b[1] = (uint8_t)(h >> 8);
-        const __m256 vid = _mm256_set1_ps(id);
+        const __m256 vid = _mm256_set1_ps(rl_q8_0_scale(blk32_amax(x, v), b));
         __m256i q[4];
         for (int k = 0; k < 4; k++) {
             const __m256 p = _mm256_mul_ps(v[k], vid), a = _mm256_andnot_ps(sign, p);

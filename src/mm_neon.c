@@ -672,10 +672,7 @@ void rl_neon_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
 void rl_neon_q8_0_row(const float *x, uint8_t *b, size_t n) {
     for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK, b += 34) {
         float32x4_t v[8];
-        const float amax = blk32_amax(x, v), d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
-        const uint16_t h = rl_f32_to_f16(d);
-        b[0] = (uint8_t)h;
-        b[1] = (uint8_t)(h >> 8);
+        const float id = rl_q8_0_scale(blk32_amax(x, v), b);
         int32x4_t q[8];
         RL_UNROLL
         for (int k = 0; k < 8; k++) q[k] = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));

@@ -318,9 +318,7 @@ void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n) {
 static void quant_q8_0(const float *x, uint8_t *b) {
     float amax = 0;
     for (size_t j = 0; j < RL_QK; j++) amax = fmaxf(amax, fabsf(x[j]));
-    float d = amax / 127;
-    float id = d != 0 ? 1.0f / d : 0.0f;
-    st_f16(b, d);
+    const float id = rl_q8_0_scale(amax, b);
     for (size_t j = 0; j < RL_QK; j++) b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
 }
 

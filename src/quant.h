@@ -26,6 +26,17 @@ uint16_t rl_f32_to_bf16(float f);
 void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n); /* SIMD where available */
 void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 
+/* A Q8_0 block's scale from its amax, with ggml's reference operations: d = amax / 127 stored as
+ * fp16 at b (little-endian), and 1 / d returned (0 for a zero block), the factor each code is
+ * x * id rounded from. The scalar quantizer and the SIMD row writers (src/mm.c, mm_neon.c) share it. */
+static inline float rl_q8_0_scale(float amax, uint8_t *b) {
+    const float d = amax / 127;
+    const uint16_t h = rl_f32_to_f16(d);
+    b[0] = (uint8_t)h;
+    b[1] = (uint8_t)(h >> 8);
+    return d != 0 ? 1.0f / d : 0.0f;
+}
+
 /* Reference dequantization of n elements (n a multiple of the block size) of any computable
  * type. Scalar code that follows ggml-quants.c's op order. */
 void rl_dequant_row(uint32_t type, const void *src, float *dst, size_t n);
