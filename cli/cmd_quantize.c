@@ -9,6 +9,7 @@
  * error or a kill never leaves a half-written OUT. Tensor types come from src/recipe.h. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +112,9 @@ typedef struct qjob {
     uint8_t *out;
     float *scratch; /* cols floats per thread */
     const float *w; /* [cols] importances of the input columns, or NULL */
-    size_t *nan_at; /* [nth]: stored index (row * cols + col) of the NaN code a thread met in an
-                       FP8 row, where it stopped; SIZE_MAX none */
+    size_t *nan_at; /* [nth]: stored index (row * cols + col) of the first value a thread met that
+                       no weight may have (an FP8 NaN code, or a NaN or infinity in the decoded
+                       row), where it stopped; SIZE_MAX none */
 } qjob;
 
 static void q_worker(void *ctx, size_t ith, size_t nth) {
@@ -121,17 +123,32 @@ static void q_worker(void *ctx, size_t ith, size_t nth) {
     j->nan_at[ith] = SIZE_MAX;
     for (size_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
         size_t r = j->r0 + i, sr = hf_src_row(r, j->rows, j->t->perm_heads);
-        if (!j->t->hf) {
-            rl_dequant_row_fast(j->t->type, j->t->data + sr * j->src_row_bytes, row, j->cols);
-        } else {
-            size_t c = hf_read_row(j->t->hf, sr, row);
-            if (c != SIZE_MAX) {
-                j->nan_at[ith] = sr * j->cols + c;
-                return;
-            }
+        size_t c = SIZE_MAX;
+        if (!j->t->hf) rl_dequant_row_fast(j->t->type, j->t->data + sr * j->src_row_bytes, row, j->cols);
+        else c = hf_read_row(j->t->hf, sr, row);
+        if (c == SIZE_MAX) c = rl_first_nonfinite(row, j->cols);
+        if (c != SIZE_MAX) {
+            j->nan_at[ith] = sr * j->cols + c;
+            return;
         }
         rl_quant_row_fast(j->dst_type, row, j->out + i * j->dst_row_bytes, j->cols, j->w);
     }
+}
+
+/* The error for stored element `bad` of t, which q_worker stopped at: an FP8 NaN code, or a
+ * decoded NaN or infinity (the rounding of either to an integer code is undefined, and no model
+ * has one; llama.cpp's quantizer rejects such rows too). row: scratch for one decoded row. */
+static void report_nonfinite(const char *inp, const src_tensor *t, size_t cols, size_t bad, float *row, rl_err *e) {
+    const size_t r = bad / cols, c = bad % cols;
+    const char *name = t->hf ? t->hf->src : t->name;
+    if (t->hf && hf_read_row(t->hf, r, row) == c) {
+        rl_fail(e, "%s: tensor '%s' holds e4m3 code 0x%02x at [%zu, %zu]: a NaN (F8_E4M3 codes 0x7f and 0xff), "
+                   "which no finite weight has", inp, name, t->data[bad], r, c);
+        return;
+    }
+    if (!t->hf) rl_dequant_row_fast(t->type, t->data + r * rl_row_bytes(t->type, cols), row, cols);
+    rl_fail(e, "%s: tensor '%s' holds %s at [%zu, %zu]: a weight must be finite to be quantized", inp, name,
+            isnan(row[c]) ? "a NaN" : row[c] > 0 ? "+infinity" : "-infinity", r, c);
 }
 
 /* Output tensors are built and written in slices of at most this many bytes (--slice-kb), so
@@ -577,9 +594,7 @@ int cmd_quantize(int argc, char **argv) {
                 size_t bad = SIZE_MAX;
                 for (size_t k = 0; k < nth; k++) bad = nan_at[k] < bad ? nan_at[k] : bad;
                 if (bad != SIZE_MAX) { /* OUT.tmp is removed by gguf_writer_free */
-                    rl_fail(&e, "%s: tensor '%s' holds e4m3 code 0x%02x at [%zu, %zu]: a NaN "
-                                "(F8_E4M3 codes 0x7f and 0xff), which no finite weight has", inp,
-                            t->hf->src, t->data[bad], bad / cols, bad % cols);
+                    report_nonfinite(inp, t, cols, bad, scratch, &e);
                     goto fail;
                 }
                 if (gguf_writer_write_part(w, buf, drb * n, &e) < 0) goto fail;

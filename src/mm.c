@@ -20,6 +20,7 @@
 #include "mm_neon.h"
 #include "mm_x86.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(RL_MM_AVX512)
@@ -777,6 +778,28 @@ static void q8_0_row_avx2(const float *x, uint8_t *b, size_t n) {
 void rl_dequant_row_fast(uint32_t type, const void *src, float *dst, size_t n) {
     if (type == RL_F16) rl_f16_to_f32_row(src, dst, n); /* a NaN comes out quieted (F16C) */
     else rl_dequant_row(type, src, dst, n);
+}
+
+size_t rl_first_nonfinite(const float *x, size_t n) {
+    /* a pass without an early exit over the exponent bits (all ones: NaN or infinity), by SIMD
+     * where there is some (-O2 leaves the plain loop scalar: +0.45 ns a value, 60% of a Q8_0
+     * quantization's time); the index only when there is one */
+    size_t i = 0;
+    bool bad = false;
+#if defined(__AVX2__)
+    const __m256i e = _mm256_set1_epi32(0x7f800000);
+    __m256i acc = _mm256_setzero_si256();
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_or_si256(acc, _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)), e), e));
+    bad = !_mm256_testz_si256(acc, acc);
+#elif defined(RL_MM_NEON)
+    bad = rl_neon_any_nonfinite(x, n / 4 * 4);
+    i = n / 4 * 4;
+#endif
+    for (; i < n; i++) bad = bad || !isfinite(x[i]);
+    for (i = 0; bad && i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return SIZE_MAX;
 }
 
 void rl_quant_row_fast(uint32_t type, const float *src, void *dst, size_t n, const float *w) {

@@ -624,15 +624,16 @@ static void rows_k(const rl_mm *m, size_t r0, size_t r1) {
 
 /* ---- activation quantization ------------------------------------------------------------- */
 
-/* A 32-value block loaded into v and its amax (0 for a zero block) */
+/* A 32-value block loaded into v and its amax (0 for a zero block). fmaxnm, as the scalar
+ * references' fmaxf (and the x86 helper's operand order), passes over a NaN. */
 AINLINE float blk32_amax(const float *x, float32x4_t v[8]) {
     float32x4_t mx = vdupq_n_f32(0);
     RL_UNROLL
     for (int k = 0; k < 8; k++) {
         v[k] = vld1q_f32(x + 4 * k);
-        mx = vmaxq_f32(mx, vabsq_f32(v[k]));
+        mx = vmaxnmq_f32(mx, vabsq_f32(v[k]));
     }
-    return vmaxvq_f32(mx);
+    return vmaxnmvq_f32(mx);
 }
 
 /* 32 codes in [-127, 127] stored as int8 (the saturating narrows never saturate) */
@@ -678,6 +679,13 @@ void rl_neon_q8_0_row(const float *x, uint8_t *b, size_t n) {
         for (int k = 0; k < 8; k++) q[k] = vcvtaq_s32_f32(vmulq_n_f32(v[k], id));
         st_i8x32((int8_t *)b + 2, q);
     }
+}
+
+bool rl_neon_any_nonfinite(const float *x, size_t n) {
+    const uint32x4_t e = vdupq_n_u32(0x7f800000u);
+    uint32x4_t acc = vdupq_n_u32(0);
+    for (size_t i = 0; i < n; i += 4) acc = vorrq_u32(acc, vceqq_u32(vandq_u32(vreinterpretq_u32_f32(vld1q_f32(x + i)), e), e));
+    return vmaxvq_u32(acc) != 0;
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------ */

@@ -13,6 +13,7 @@ void rl_neon_q8a_quant_row(const float *x, rl_q8a *dst, size_t n);
 void rl_neon_f16_to_f32_row(const uint16_t *src, float *dst, size_t n);
 void rl_neon_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 void rl_neon_q8_0_row(const float *x, uint8_t *b, size_t n); /* Q8_0 weight blocks, rl_quant_row's bytes */
+bool rl_neon_any_nonfinite(const float *x, size_t n); /* n a multiple of 4: a NaN or infinity among x[0..n) */
 #endif
 
 #endif

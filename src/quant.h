@@ -57,11 +57,16 @@ void rl_quant_row_w(uint32_t type, const float *src, void *dst, size_t n, const 
 /* True when rl_quant_row_w uses its weights for this type. */
 bool rl_quant_uses_weights(uint32_t type);
 /* rl_quant_row_w's bytes, by SIMD where there is a kernel (mm.c: F16 by rl_f32_to_f16_row, Q8_0
- * on x86 with AVX2), else rl_quant_row_w itself. What the quantize and mkmodel tools call. */
+ * on x86 with AVX2 and on arm64), else rl_quant_row_w itself. What the quantize and mkmodel
+ * tools call. */
 void rl_quant_row_fast(uint32_t type, const float *src, void *dst, size_t n, const float *w);
 /* rl_dequant_row's values, F16 by rl_f16_to_f32_row (F16C / NEON: the same values, a NaN
  * quieted). What the quantize tool decodes its input rows with. */
 void rl_dequant_row_fast(uint32_t type, const void *src, float *dst, size_t n);
+/* Index of the first NaN or infinity among x[0..n), SIZE_MAX if every value is finite. The
+ * quantizers' roundings of such a value are undefined (a float-to-int conversion), so the
+ * quantize tool refuses a tensor that holds one. */
+size_t rl_first_nonfinite(const float *x, size_t n);
 
 /* The value of an FP8 (e4m3) code, exactly (docs/FORMATS.md, section FP8); the table is
  * rl_e4m3_to_f32's, for loops that decode many codes. */

@@ -351,6 +351,23 @@ def int_dtype(d):
     write_st(p, h, data)
 
 
+UP0 = "model.layers.0.mlp.up_proj.weight"
+
+
+def nonfinite_weight(d):
+    """+inf at [2, 5] of one weight, in the tensor's own dtype."""
+    p = d / "model.safetensors"
+    h, data = read_st(p)
+    t = h[UP0]
+    dt = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}[t["dtype"]]
+    cols = t["shape"][1]
+    at = t["data_offsets"][0] + (2 * cols + 5) * np.dtype(dt).itemsize
+    inf = np.uint16(0x7F80) if t["dtype"] == "BF16" else dt(np.inf)
+    data = bytearray(data)
+    data[at:at + np.dtype(dt).itemsize] = np.array(inf, dt).tobytes()
+    write_st(p, h, bytes(data))
+
+
 def edit_config(**changes):
     def f(d):
         cfg = json.loads((d / "config.json").read_text())
@@ -376,6 +393,8 @@ BAD = {
     "unsupported_arch": ("qwen2", edit_config(model_type="mamba"),
                          "unsupported architecture 'mamba'"),
     "extra_layer_tensors": ("qwen2", edit_config(num_hidden_layers=1), "unexpected tensor"),
+    "nonfinite_weight": ("qwen2", nonfinite_weight,
+                         f"tensor '{UP0}' holds +infinity at [2, 5]: a weight must be finite"),
 }
 
 

@@ -389,6 +389,27 @@ def test_errors(rawloop, tmp_path):
         fails(F16, ro / "x.gguf", "--type", "Q8_0", msg=r"cannot create")
 
 
+@pytest.mark.parametrize("bits,word", [(0x7E00, "a NaN"), (0x7C00, "+infinity"),
+                                       (0xFC00, "-infinity")])
+@pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K_M"])
+def test_nonfinite_weight_is_refused(rawloop, tmp_path, bits, word, qtype):
+    """One NaN or infinity in an F16 weight: a clear error naming it, nothing left behind
+    (its rounding to an integer code would be undefined; llama.cpp's quantizer refuses it too)."""
+    src = tmp_path / "bad.gguf"
+    src.write_bytes(F16.read_bytes())
+    t = tensors(src)["blk.1.ffn_up.weight"]
+    cols = int(t.shape[0])
+    with open(src, "r+b") as f:
+        f.seek(t.data_offset + (3 * cols + 17) * 2)
+        f.write(np.uint16(bits).tobytes())
+    out = tmp_path / "out.gguf"
+    p = rawloop("quantize", src, out, "--type", qtype, check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert f"tensor 'blk.1.ffn_up.weight' holds {word} at [3, 17]: a weight must be finite" in err, err
+    assert not out.exists() and not (tmp_path / "out.gguf.tmp").exists()
+
+
 def test_help_names_the_limits(rawloop):
     p = rawloop("quantize", "--help")
     text = p.stdout.decode()

@@ -13,6 +13,7 @@
  *   test_quant quant TYPE in.f32 out.bin w.f32
  *                                             rl_quant_row_w, rows as long as w (its importances)
  * TYPE is a ggml type name (Q4_K, F16, ...). */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1190,6 +1191,40 @@ static void test_quant_fast(void) {
         }
     }
     CHECK(bad == 0, "rl_quant_row_fast differs from rl_quant_row on %d of %d rows", bad, rows);
+    /* rl_first_nonfinite (the quantize tool's check) over lengths that end inside and outside
+     * a SIMD step, a NaN or an infinity anywhere, and finite extremes that must pass */
+    int miss = 0;
+    static const size_t lens[] = {0, 1, 3, 4, 7, 8, 9, 33, 1000};
+    const float odd[] = {NAN, INFINITY, -INFINITY};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const size_t n = lens[li];
+        for (size_t i = 0; i < n; i++) x[i] = i % 3 == 0 ? FLT_MAX : i % 3 == 1 ? -1e-40f : -0.0f;
+        miss += rl_first_nonfinite(x, n) != SIZE_MAX;
+        for (size_t at = 0; at < n; at += n / 5 + 1)
+            for (int k = 0; k < 3; k++) {
+                const float keep = x[at];
+                x[at] = odd[k];
+                if (at + 1 < n) x[n - 1] = NAN; /* a later one does not hide the first */
+                miss += rl_first_nonfinite(x, n) != at;
+                x[at] = keep;
+                if (at + 1 < n) x[n - 1] = (n - 1) % 3 == 0 ? FLT_MAX : (n - 1) % 3 == 1 ? -1e-40f : -0.0f;
+            }
+    }
+    CHECK(miss == 0, "rl_first_nonfinite: %d wrong answers", miss);
+    /* a NaN passes over every block amax as fmaxf does (the SIMD helpers' max operand order,
+     * fmaxnm on NEON): the block's scale and its other codes are the reference's */
+    for (size_t i = 0; i < 64; i++) x[i] = 0.25f * (float)((int)(i % 13) - 6);
+    x[5] = NAN;
+    rl_quant_row(RL_Q8_0, x, a, 64);
+    rl_quant_row_fast(RL_Q8_0, x, b, 64, NULL);
+    bool same = memcmp(a, b, 2) == 0 && memcmp(a + 34, b + 34, 34) == 0;
+    for (int j = 0; j < 32; j++) same = same && (j == 5 || a[2 + j] == b[2 + j]);
+    CHECK(same, "Q8_0 with a NaN: rl_quant_row_fast's scale or codes differ from rl_quant_row's");
+    static rl_q8a qa[2], qb[2];
+    rl_q8a_quant_row_ref(x, qa, 64);
+    rl_q8a_quant_row(x, qb, 64);
+    CHECK(qa[0].d == qb[0].d && qa[1].d == qb[1].d && memcmp(qa[1].qs, qb[1].qs, 32) == 0,
+          "q8a with a NaN: rl_q8a_quant_row's scales differ from the reference's (%g / %g)", qa[0].d, qb[0].d);
     /* and the tools' row decoder, rl_dequant_row_fast, gives rl_dequant_row's values */
     static float ya[N], yb[N];
     bad = 0;
