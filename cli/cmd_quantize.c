@@ -137,7 +137,8 @@ static void q_worker(void *ctx, size_t ith, size_t nth) {
 
 /* The error for stored element `bad` of t, which q_worker stopped at: an FP8 NaN code, or a
  * decoded NaN or infinity (the rounding of either to an integer code is undefined, and no model
- * has one; llama.cpp's quantizer rejects such rows too). row: scratch for one decoded row. */
+ * has one; llama-quantize stops where a quantized row's scales come out NaN or infinite).
+ * row: scratch for one decoded row. */
 static void report_nonfinite(const char *inp, const src_tensor *t, size_t cols, size_t bad, float *row, rl_err *e) {
     const size_t r = bad / cols, c = bad % cols;
     const char *name = t->hf ? t->hf->src : t->name;
