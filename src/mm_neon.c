@@ -624,16 +624,15 @@ static void rows_k(const rl_mm *m, size_t r0, size_t r1) {
 
 /* ---- activation quantization ------------------------------------------------------------- */
 
-/* A 32-value block loaded into v and its amax (0 for a zero block). fmaxnm, as the scalar
- * references' fmaxf (and the x86 helper's operand order), passes over a NaN. */
+/* A 32-value block loaded into v and its amax (0 for a zero block) */
 AINLINE float blk32_amax(const float *x, float32x4_t v[8]) {
     float32x4_t mx = vdupq_n_f32(0);
     RL_UNROLL
     for (int k = 0; k < 8; k++) {
         v[k] = vld1q_f32(x + 4 * k);
-        mx = vmaxnmq_f32(mx, vabsq_f32(v[k]));
+        mx = vmaxq_f32(mx, vabsq_f32(v[k]));
     }
-    return vmaxnmvq_f32(mx);
+    return vmaxvq_f32(mx);
 }
 
 /* 32 codes in [-127, 127] stored as int8 (the saturating narrows never saturate) */
