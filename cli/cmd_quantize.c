@@ -112,7 +112,7 @@ typedef struct qjob {
     uint8_t *out;
     float *scratch; /* cols floats per thread */
     const float *w; /* [cols] importances of the input columns, or NULL */
-    size_t *nan_at; /* [nth]: stored index (row * cols + col) of the first value a thread met that
+    size_t *bad_at; /* [nth]: stored index (row * cols + col) of the first value a thread met that
                        no weight may have (an FP8 NaN code, or a NaN or infinity in the decoded
                        row), where it stopped; SIZE_MAX none */
 } qjob;
@@ -120,7 +120,7 @@ typedef struct qjob {
 static void q_worker(void *ctx, size_t ith, size_t nth) {
     qjob *j = ctx;
     float *row = j->scratch + ith * j->cols;
-    j->nan_at[ith] = SIZE_MAX;
+    j->bad_at[ith] = SIZE_MAX;
     for (size_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
         size_t r = j->r0 + i, sr = hf_src_row(r, j->rows, j->t->perm_heads);
         size_t c = SIZE_MAX;
@@ -128,7 +128,7 @@ static void q_worker(void *ctx, size_t ith, size_t nth) {
         else c = hf_read_row(j->t->hf, sr, row);
         if (c == SIZE_MAX) c = rl_first_nonfinite(row, j->cols);
         if (c != SIZE_MAX) {
-            j->nan_at[ith] = sr * j->cols + c;
+            j->bad_at[ith] = sr * j->cols + c;
             return;
         }
         rl_quant_row_fast(j->dst_type, row, j->out + i * j->dst_row_bytes, j->cols, j->w);
@@ -465,7 +465,7 @@ int cmd_quantize(int argc, char **argv) {
     uint32_t *types = NULL;
     uint8_t *buf = NULL;
     float *scratch = NULL;
-    size_t *nan_at = NULL;
+    size_t *bad_at = NULL;
     int rc = 1;
     size_t n_layer = 0;
     bool is_70b = false;
@@ -555,8 +555,8 @@ int cmd_quantize(int argc, char **argv) {
     }
     buf = malloc(max_out ? max_out : 1);
     scratch = malloc((max_cols ? max_cols : 1) * nth * sizeof(float));
-    nan_at = malloc(nth * sizeof *nan_at);
-    if (!buf || !scratch || !nan_at) goto oom;
+    bad_at = malloc(nth * sizeof *bad_at);
+    if (!buf || !scratch || !bad_at) goto oom;
     if (rl_pool_new(&pool, nth, &e) < 0) goto fail;
     if (gguf_writer_begin(w, outp, &e) < 0) goto fail;
     fprintf(stderr, "rawloop quantize: %s -> %s (%s%s%s%s), %zu tensors, %zu layers, %zu threads, "
@@ -590,10 +590,10 @@ int cmd_quantize(int argc, char **argv) {
             for (size_t r0 = 0; r0 < rows; r0 += step) {
                 size_t n = rows - r0 < step ? rows - r0 : step;
                 qjob j = {t, types[i], cols, rows, rl_row_bytes(t->type, cols), drb, r0, n, buf,
-                          scratch, calib_weights(&cb, t->name, cols), nan_at};
+                          scratch, calib_weights(&cb, t->name, cols), bad_at};
                 rl_pool_run(pool, q_worker, &j);
                 size_t bad = SIZE_MAX;
-                for (size_t k = 0; k < nth; k++) bad = nan_at[k] < bad ? nan_at[k] : bad;
+                for (size_t k = 0; k < nth; k++) bad = bad_at[k] < bad ? bad_at[k] : bad;
                 if (bad != SIZE_MAX) { /* OUT.tmp is removed by gguf_writer_free */
                     report_nonfinite(inp, t, cols, bad, scratch, &e);
                     goto fail;
@@ -631,7 +631,7 @@ out:
     gguf_writer_free(w);
     free(buf);
     free(scratch);
-    free(nan_at);
+    free(bad_at);
     free(types);
     free(src);
     hf_close(&h);
