@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Builds what bench/exp/run.sh carries to the device: rawloop for sm_90a from this tree (main),
-# from this tree with scale-free.patch (sf) and with exp-prologue.patch (exp), each in a copy
-# under /tmp, stripped, into build-dev/bins.tar.xz (~10 minutes on 2 cores).
+# Builds what bench/exp/run.sh carries to the device: rawloop and test_cuda for sm_90a from
+# this tree (main), from this tree with scale-free.patch (sf), with exp-prologue.patch (exp) and
+# with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
+# and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores).
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'
 out=/tmp/rl-exp-bins
 rm -rf "$out" && mkdir -p "$out" build-dev
-for v in main sf exp; do
+for v in main sf exp lean; do
     src=/tmp/rl-exp-$v
     rm -rf "$src" && mkdir -p "$src" && git archive HEAD | tar x -C "$src"
-    case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; *) patch= ;; esac
+    case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;; *) patch= ;; esac
     [ -z "$patch" ] || (cd "$src" && git apply "bench/exp/$patch")
-    make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" build-h200/rawloop build-h200/test_cuda >"$out/$v.log" 2>&1 ||
+    bins="build-h200/rawloop build-h200/test_cuda"
+    case $v in main|lean) bins="$bins build-h200/lab_mvs" ;; esac
+    make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }
-    mkdir -p "$out/$v" && cp "$src/build-h200/rawloop" "$src/build-h200/test_cuda" "$out/$v/" && strip "$out/$v"/*
+    mkdir -p "$out/$v" && (cd "$src" && cp $bins "$out/$v/") && strip "$out/$v"/*
     echo "$v: built"
 done
-tar cJf build-dev/bins.tar.xz -C "$out" main sf exp
+tar cJf build-dev/bins.tar.xz -C "$out" main sf exp lean
 ls -la build-dev/bins.tar.xz
