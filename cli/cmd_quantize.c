@@ -115,6 +115,7 @@ typedef struct qjob {
     size_t *bad_at; /* [nth]: stored index (row * cols + col) of the first value a thread met that
                        no weight may have (an FP8 NaN code, or a NaN or infinity in the decoded
                        row), where it stopped; SIZE_MAX none */
+    bool scan_only; /* a tensor copied as it is: its rows are decoded and checked, not written */
 } qjob;
 
 static void q_worker(void *ctx, size_t ith, size_t nth) {
@@ -131,7 +132,7 @@ static void q_worker(void *ctx, size_t ith, size_t nth) {
             j->bad_at[ith] = sr * j->cols + c;
             return;
         }
-        rl_quant_row_fast(j->dst_type, row, j->out + i * j->dst_row_bytes, j->cols, j->w);
+        if (!j->scan_only) rl_quant_row_fast(j->dst_type, row, j->out + i * j->dst_row_bytes, j->cols, j->w);
     }
 }
 
@@ -139,7 +140,8 @@ static void q_worker(void *ctx, size_t ith, size_t nth) {
  * decoded NaN or infinity (the rounding of either to an integer code is undefined, and no model
  * has one; llama-quantize stops where a quantized row's scales come out NaN or infinite).
  * row: scratch for one decoded row. */
-static void report_nonfinite(const char *inp, const src_tensor *t, size_t cols, size_t bad, float *row, rl_err *e) {
+static void report_nonfinite(const char *inp, const src_tensor *t, size_t cols, size_t bad, float *row, bool copied,
+                             rl_err *e) {
     const size_t r = bad / cols, c = bad % cols;
     const char *name = t->hf ? t->hf->src : t->name;
     if (t->hf && hf_read_row(t->hf, r, row) == c) {
@@ -148,8 +150,8 @@ static void report_nonfinite(const char *inp, const src_tensor *t, size_t cols, 
         return;
     }
     if (!t->hf) rl_dequant_row_fast(t->type, t->data + r * rl_row_bytes(t->type, cols), row, cols);
-    rl_fail(e, "%s: tensor '%s' holds %s at [%zu, %zu]: a weight must be finite to be quantized", inp, name,
-            isnan(row[c]) ? "a NaN" : row[c] > 0 ? "+infinity" : "-infinity", r, c);
+    rl_fail(e, "%s: tensor '%s' holds %s at [%zu, %zu]: a weight must be finite%s", inp, name,
+            isnan(row[c]) ? "a NaN" : row[c] > 0 ? "+infinity" : "-infinity", r, c, copied ? "" : " to be quantized");
 }
 
 /* Output tensors are built and written in slices of at most this many bytes (--slice-kb), so
@@ -583,6 +585,19 @@ int cmd_quantize(int argc, char **argv) {
         for (uint32_t d = 1; d < t->n_dims; d++) rows *= (size_t)t->ne[d];
         size_t drb = rl_row_bytes(types[i], cols);
         if (types[i] == t->type && !t->perm_heads) {
+            /* copied as it is, but checked like a quantized one when it is floats (a NaN norm
+             * weight makes every logit NaN); a quantized input tensor is not decoded */
+            if (t->hf || t->type == RL_F32 || t->type == RL_F16 || t->type == RL_BF16) {
+                qjob j = {t, types[i], cols, rows, rl_row_bytes(t->type, cols), drb, 0, rows, NULL,
+                          scratch, NULL, bad_at, true};
+                rl_pool_run(pool, q_worker, &j);
+                size_t bad = SIZE_MAX;
+                for (size_t k = 0; k < nth; k++) bad = bad_at[k] < bad ? bad_at[k] : bad;
+                if (bad != SIZE_MAX) {
+                    report_nonfinite(inp, t, cols, bad, scratch, true, &e);
+                    goto fail;
+                }
+            }
             if (gguf_writer_write_tensor(w, t->data, drb * rows, &e) < 0) goto fail;
         } else {
             size_t step = drb ? SLICE_BYTES / drb : rows;
@@ -590,12 +605,12 @@ int cmd_quantize(int argc, char **argv) {
             for (size_t r0 = 0; r0 < rows; r0 += step) {
                 size_t n = rows - r0 < step ? rows - r0 : step;
                 qjob j = {t, types[i], cols, rows, rl_row_bytes(t->type, cols), drb, r0, n, buf,
-                          scratch, calib_weights(&cb, t->name, cols), bad_at};
+                          scratch, calib_weights(&cb, t->name, cols), bad_at, false};
                 rl_pool_run(pool, q_worker, &j);
                 size_t bad = SIZE_MAX;
                 for (size_t k = 0; k < nth; k++) bad = bad_at[k] < bad ? bad_at[k] : bad;
                 if (bad != SIZE_MAX) { /* OUT.tmp is removed by gguf_writer_free */
-                    report_nonfinite(inp, t, cols, bad, scratch, &e);
+                    report_nonfinite(inp, t, cols, bad, scratch, false, &e);
                     goto fail;
                 }
                 if (gguf_writer_write_part(w, buf, drb * n, &e) < 0) goto fail;

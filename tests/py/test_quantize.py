@@ -410,6 +410,41 @@ def test_nonfinite_weight_is_refused(rawloop, tmp_path, bits, word, qtype):
     assert not out.exists() and not (tmp_path / "out.gguf.tmp").exists()
 
 
+@pytest.mark.parametrize("name,dtype,r,c,value,word,qtype", [
+    ("blk.0.attn_norm.weight", np.float32, 0, 5, np.nan, "a NaN", "Q8_0"),       # F32, kept F32
+    ("blk.1.ffn_up.weight", np.float16, 3, 17, np.inf, "+infinity", "F16"),     # F16, copied
+    ("token_embd.weight", np.float16, 7, 2, -np.inf, "-infinity", "F16"),
+])
+def test_nonfinite_copied_tensor_is_refused(rawloop, tmp_path, name, dtype, r, c, value, word, qtype):
+    """A tensor written as it is (its type kept) is checked too: a NaN norm weight would make
+    every logit NaN. The message drops 'to be quantized', since it is not."""
+    src = tmp_path / "bad.gguf"
+    src.write_bytes(F16.read_bytes())
+    t = tensors(src)[name]
+    cols = int(t.shape[0])
+    with open(src, "r+b") as f:
+        f.seek(t.data_offset + (r * cols + c) * np.dtype(dtype).itemsize)
+        f.write(np.array([value], dtype=dtype).tobytes())
+    out = tmp_path / "out.gguf"
+    p = rawloop("quantize", src, out, "--type", qtype, check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert f"tensor '{name}' holds {word} at [{r}, {c}]: a weight must be finite\n" in err, err
+    assert not out.exists() and not (tmp_path / "out.gguf.tmp").exists()
+
+
+def test_copied_tensors_are_unchanged(rawloop, tmp_path):
+    """--type F16 of an F16 file copies every matrix (and the F32 norms) byte for byte: the
+    check reads them and writes nothing of its own."""
+    out = tmp_path / "same.gguf"
+    rawloop("quantize", F16, out, "--type", "F16")
+    a, b = tensors(F16), tensors(out)
+    assert a.keys() == b.keys()
+    for n in a:
+        assert a[n].tensor_type == b[n].tensor_type, n
+        assert np.asarray(a[n].data).tobytes() == np.asarray(b[n].data).tobytes(), n
+
+
 def test_help_names_the_limits(rawloop):
     p = rawloop("quantize", "--help")
     text = p.stdout.decode()
