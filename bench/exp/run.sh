@@ -38,7 +38,7 @@ prologue)
   for f in tl 7b; do for r in 1 2; do
     tg $M /tmp/m/$f.gguf "$f main r$r"; tg $S /tmp/m/$f.gguf "$f scale-free r$r"
     tg $X /tmp/m/$f.gguf "$f exp NONORM r$r" RL_EXP_NONORM=1
-    for e in 1 2 4 5 8; do tg $X /tmp/m/$f.gguf "$f exp RL_EXP=$e r$r" RL_EXP=$e; done
+    for e in 1 2 4 5; do tg $X /tmp/m/$f.gguf "$f exp RL_EXP=$e r$r" RL_EXP=$e; done
   done; done
   for r in 1 2; do
     tg $M /tmp/m/7bf16.gguf "7B F16 main r$r"; tg $M /tmp/m/7bf16.gguf "7B F16 RL_CUDA_MVS=1 r$r" RL_CUDA_MVS=1
