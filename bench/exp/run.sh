@@ -2,10 +2,16 @@
 # (build-dev/bins.tar.xz: main, main + scale-free.patch, main + exp-prologue.patch, main +
 # lean-loop.patch, for sm_90a), copy the llama SPM test vocabulary to .dev/cuda, and carry
 # build-dev and .dev/cuda. One mode per call (each fits the 600 s of a call):
-#   bash bench/exp/run.sh tests-lean   tests/cuda/run_device.sh "k e r g b" on the lean build
+#   bash bench/exp/run.sh tests-lean   tests/cuda/run_device.sh "k e r g b" on the lean build,
+#                                      and its test_cuda in 16-warp blocks with RQ2's two-round
+#                                      stages (RL_CUDA_RQ2_ROUNDS=2)
+#   bash bench/exp/run.sh bits         decoding logits (-b 1, fast and --exact) of main, lean
+#                                      and lean with RL_CUDA_RQ2_ROUNDS=2 on TinyLlama / 7B
+#                                      Q4_0, 7B RQ2, 7B Q4_K_M: the same bytes, or lean is wrong
 #   bash bench/exp/run.sh lean         tg128 main / lean alternated (TinyLlama and 7B Q4_0, 7B
-#                                      RQ2, 7B Q4_K_M, two rounds), then lab_mvs section 4 (the
-#                                      matvec alone on tensors larger than L2) of both
+#                                      RQ2 also with two-round stages, 7B Q4_K_M, two rounds),
+#                                      then lab_mvs section 4 (the matvec alone on tensors
+#                                      larger than L2) of main, lean, lean with two rounds
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -23,15 +29,35 @@ case $MODE in
 tests-lean|tests-sf)
   v=${MODE#tests-}; rm -rf /tmp/bd && mkdir -p /tmp/bd && cp /tmp/b/$v/* /tmp/bd/
   OUT=/tmp/rl-out-$v bash tests/cuda/run_device.sh /tmp/bd "k e r g b"
-  cat /tmp/rl-out-$v/summary.txt ;;
+  cat /tmp/rl-out-$v/summary.txt
+  if [ $v = lean ]; then
+    RL_CUDA_MV_WARPS=16 /tmp/bd/test_cuda > /tmp/tc16.log 2>&1; echo "test_cuda, 16 warps: $(tail -1 /tmp/tc16.log)"
+    RL_CUDA_MV_WARPS=16 RL_CUDA_RQ2_ROUNDS=2 /tmp/bd/test_cuda > /tmp/tc16u.log 2>&1
+    echo "test_cuda, 16 warps, RQ2 two rounds: $(tail -1 /tmp/tc16u.log)"
+  fi ;;
+bits)
+  mk tinyllama-1.1b Q4_0 tl.gguf 4 & mk llama2-7b Q4_0 7b.gguf 4 & mk llama2-7b RQ2 7brq2.gguf 4 &
+  mk llama2-7b Q4_K_M 7bq4km.gguf 4 & wait
+  IDS=$(seq 100 139 | tr '\n' ' ')
+  for f in tl 7b 7brq2 7bq4km; do for ex in "" --exact; do
+    lg() { local o=$1 b=$2; shift 2; env "$@" $b logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" -b 1 $ex -o $o > /dev/null 2>&1; }
+    lg /tmp/lm.bin $M; lg /tmp/ll.bin $L; lg /tmp/ll2.bin $L RL_CUDA_RQ2_ROUNDS=2
+    if [ -s /tmp/lm.bin ] && cmp -s /tmp/lm.bin /tmp/ll.bin && cmp -s /tmp/lm.bin /tmp/ll2.bin; then
+      echo "$f ${ex:-fast}: main = lean = lean two rounds ($(sha256sum < /tmp/lm.bin | cut -c1-16))"
+    else echo "$f ${ex:-fast}: DIFFERENT or failed"; fi
+    rm -f /tmp/lm.bin /tmp/ll.bin /tmp/ll2.bin
+  done; done ;;
 lean)
   mk tinyllama-1.1b Q4_0 tl.gguf 4 & mk llama2-7b Q4_0 7b.gguf 4 & mk llama2-7b RQ2 7brq2.gguf 4 &
   mk llama2-7b Q4_K_M 7bq4km.gguf 4 & wait
   echo "models $(( $(date +%s) - t0 )) s"
   for r in 1 2; do for f in tl 7b 7brq2 7bq4km; do
     tg $M /tmp/m/$f.gguf "$f main r$r"; tg $L /tmp/m/$f.gguf "$f lean r$r"
+    [ $f = 7brq2 ] && tg $L /tmp/m/$f.gguf "$f lean two rounds r$r" RL_CUDA_RQ2_ROUNDS=2
   done; done
-  for v in main lean; do echo "== lab_mvs 20 4, $v"; /tmp/b/$v/lab_mvs 20 4 | grep -v "^$"; done ;;
+  for v in main lean lean2; do echo "== lab_mvs 20 4, $v"
+    if [ $v = lean2 ]; then RL_CUDA_RQ2_ROUNDS=2 /tmp/b/lean/lab_mvs 20 4; else /tmp/b/$v/lab_mvs 20 4; fi | grep -v "^$"
+  done ;;
 prologue)
   mk tinyllama-1.1b Q4_0 tl.gguf 4 & mk llama2-7b Q4_0 7b.gguf 6 & mk llama2-7b F16 7bf16.gguf 6 & wait
   echo "models $(( $(date +%s) - t0 )) s"
@@ -43,6 +69,6 @@ prologue)
   for r in 1 2; do
     tg $M /tmp/m/7bf16.gguf "7B F16 main r$r"; tg $M /tmp/m/7bf16.gguf "7B F16 RL_CUDA_MVS=1 r$r" RL_CUDA_MVS=1
   done ;;
-*) echo "unknown mode $MODE (tests-lean, lean, prologue, tests-sf)"; exit 2 ;;
+*) echo "unknown mode $MODE (tests-lean, bits, lean, prologue, tests-sf)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
