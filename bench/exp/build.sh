@@ -7,8 +7,11 @@ set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'
 out=/tmp/rl-exp-bins
-rm -rf "$out" && mkdir -p "$out" build-dev
-for v in main sf exp lean; do
+# variants to build (default all); a variant named here is rebuilt, the others are kept from
+# an earlier run of this script
+todo=${*:-main sf exp lean}
+mkdir -p "$out" build-dev
+for v in $todo; do
     src=/tmp/rl-exp-$v
     rm -rf "$src" && mkdir -p "$src" && git archive HEAD | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;; *) patch= ;; esac
