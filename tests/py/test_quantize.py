@@ -389,25 +389,33 @@ def test_errors(rawloop, tmp_path):
         fails(F16, ro / "x.gguf", "--type", "Q8_0", msg=r"cannot create")
 
 
+def quantize_poked(rawloop, tmp_path, name, r, c, value, qtype):
+    """Quantizes a copy of the F16 model whose tensor `name` holds value (a numpy scalar of the
+    tensor's type) at [r, c]; it must fail with exit 1 and leave neither OUT nor OUT.tmp.
+    Returns stderr."""
+    src = tmp_path / "bad.gguf"
+    src.write_bytes(F16.read_bytes())
+    t = tensors(src)[name]
+    cols = int(t.shape[0])
+    with open(src, "r+b") as f:
+        f.seek(t.data_offset + (r * cols + c) * value.itemsize)
+        f.write(value.tobytes())
+    out = tmp_path / "out.gguf"
+    p = rawloop("quantize", src, out, "--type", qtype, check=False)
+    err = p.stderr.decode()
+    assert p.returncode == 1, err
+    assert not out.exists() and not (tmp_path / "out.gguf.tmp").exists()
+    return err
+
+
 @pytest.mark.parametrize("bits,word", [(0x7E00, "a NaN"), (0x7C00, "+infinity"),
                                        (0xFC00, "-infinity")])
 @pytest.mark.parametrize("qtype", ["Q8_0", "Q4_K_M"])
 def test_nonfinite_weight_is_refused(rawloop, tmp_path, bits, word, qtype):
     """One NaN or infinity in an F16 weight: a clear error naming it, nothing left behind
     (its rounding to an integer code would be undefined)."""
-    src = tmp_path / "bad.gguf"
-    src.write_bytes(F16.read_bytes())
-    t = tensors(src)["blk.1.ffn_up.weight"]
-    cols = int(t.shape[0])
-    with open(src, "r+b") as f:
-        f.seek(t.data_offset + (3 * cols + 17) * 2)
-        f.write(np.uint16(bits).tobytes())
-    out = tmp_path / "out.gguf"
-    p = rawloop("quantize", src, out, "--type", qtype, check=False)
-    err = p.stderr.decode()
-    assert p.returncode == 1, err
+    err = quantize_poked(rawloop, tmp_path, "blk.1.ffn_up.weight", 3, 17, np.uint16(bits), qtype)
     assert f"tensor 'blk.1.ffn_up.weight' holds {word} at [3, 17]: a weight must be finite" in err, err
-    assert not out.exists() and not (tmp_path / "out.gguf.tmp").exists()
 
 
 @pytest.mark.parametrize("name,dtype,r,c,value,word,qtype", [
@@ -418,19 +426,8 @@ def test_nonfinite_weight_is_refused(rawloop, tmp_path, bits, word, qtype):
 def test_nonfinite_copied_tensor_is_refused(rawloop, tmp_path, name, dtype, r, c, value, word, qtype):
     """A tensor written as it is (its type kept) is checked too: a NaN norm weight would make
     every logit NaN. The message drops 'to be quantized', since it is not."""
-    src = tmp_path / "bad.gguf"
-    src.write_bytes(F16.read_bytes())
-    t = tensors(src)[name]
-    cols = int(t.shape[0])
-    with open(src, "r+b") as f:
-        f.seek(t.data_offset + (r * cols + c) * np.dtype(dtype).itemsize)
-        f.write(np.array([value], dtype=dtype).tobytes())
-    out = tmp_path / "out.gguf"
-    p = rawloop("quantize", src, out, "--type", qtype, check=False)
-    err = p.stderr.decode()
-    assert p.returncode == 1, err
+    err = quantize_poked(rawloop, tmp_path, name, r, c, dtype(value), qtype)
     assert f"tensor '{name}' holds {word} at [{r}, {c}]: a weight must be finite\n" in err, err
-    assert not out.exists() and not (tmp_path / "out.gguf.tmp").exists()
 
 
 def test_copied_tensors_are_unchanged(rawloop, tmp_path):
