@@ -15,9 +15,14 @@
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
+#   bash bench/exp/run.sh peer         rawloop main, llama.cpp's llama-bench, rawloop lean on the
+#                                      same files in the same run (tg128; carry build-dev-peer
+#                                      from bench/exp/pack-peer.sh and .dev/cuda, not build-dev)
 set -u; cd "$(dirname "$0")/../.."
 MODE=${1:-lean}
-mkdir -p /tmp/m /tmp/b; [ -x /tmp/b/main/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
+mkdir -p /tmp/m /tmp/b
+if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-peer/peer.tar.xz -C /tmp/b
+else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b; fi
 M=/tmp/b/main/rawloop S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
 mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3 -t $4 > /tmp/m/$3.log 2>&1; }
@@ -69,6 +74,16 @@ prologue)
   for r in 1 2; do
     tg $M /tmp/m/7bf16.gguf "7B F16 main r$r"; tg $M /tmp/m/7bf16.gguf "7B F16 RL_CUDA_MVS=1 r$r" RL_CUDA_MVS=1
   done ;;
-*) echo "unknown mode $MODE (tests-lean, bits, lean, prologue, tests-sf)"; exit 2 ;;
+peer)
+  mk tinyllama-1.1b Q4_0 tl.gguf 4 & mk llama2-7b Q4_0 7b.gguf 4 & mk llama2-7b Q4_K_M 7bq4km.gguf 4 &
+  mk llama3-8b Q4_0 8b.gguf 4 & wait
+  echo "models $(( $(date +%s) - t0 )) s"
+  for f in tl 7b 7bq4km 8b; do
+    tg $M /tmp/m/$f.gguf "$f rawloop main"
+    /tmp/b/lcpp/llama-bench -m /tmp/m/$f.gguf -p 0 -n 128 -r 3 -ngl 99 -o json 2>/dev/null > /tmp/lb.json
+    python3 -c "import json;d=[r for r in json.load(open('/tmp/lb.json')) if r['n_gen']>0][0];print('%-36s %8.1f %5.1f'%('$f llama.cpp',d['avg_ts'],d['stddev_ts']))" || echo "$f llama.cpp FAILED"
+    tg $L /tmp/m/$f.gguf "$f rawloop lean"
+  done ;;
+*) echo "unknown mode $MODE (tests-lean, bits, lean, prologue, tests-sf, peer)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
