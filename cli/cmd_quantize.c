@@ -154,6 +154,16 @@ static void report_nonfinite(const char *inp, const src_tensor *t, size_t cols, 
             isnan(row[c]) ? "a NaN" : row[c] > 0 ? "+infinity" : "-infinity", r, c, copied ? "" : " to be quantized");
 }
 
+/* Runs j on the pool's nth threads: -1 with e set where one met a value no weight may have. */
+static int run_qjob(rl_pool *pool, qjob *j, size_t nth, const char *inp, rl_err *e) {
+    rl_pool_run(pool, q_worker, j);
+    size_t bad = SIZE_MAX;
+    for (size_t k = 0; k < nth; k++) bad = j->bad_at[k] < bad ? j->bad_at[k] : bad;
+    if (bad == SIZE_MAX) return 0;
+    report_nonfinite(inp, j->t, j->cols, bad, j->scratch, j->scan_only, e);
+    return -1;
+}
+
 /* Output tensors are built and written in slices of at most this many bytes (--slice-kb), so
  * the memory beyond the mapped input stays bounded whatever the largest tensor (a 70B model's
  * F32 head is 4.2 GB). */
@@ -590,13 +600,7 @@ int cmd_quantize(int argc, char **argv) {
             if (t->hf || t->type == RL_F32 || t->type == RL_F16 || t->type == RL_BF16) {
                 qjob j = {t, types[i], cols, rows, rl_row_bytes(t->type, cols), drb, 0, rows, NULL,
                           scratch, NULL, bad_at, true};
-                rl_pool_run(pool, q_worker, &j);
-                size_t bad = SIZE_MAX;
-                for (size_t k = 0; k < nth; k++) bad = bad_at[k] < bad ? bad_at[k] : bad;
-                if (bad != SIZE_MAX) {
-                    report_nonfinite(inp, t, cols, bad, scratch, true, &e);
-                    goto fail;
-                }
+                if (run_qjob(pool, &j, nth, inp, &e) < 0) goto fail;
             }
             if (gguf_writer_write_tensor(w, t->data, drb * rows, &e) < 0) goto fail;
         } else {
@@ -606,13 +610,7 @@ int cmd_quantize(int argc, char **argv) {
                 size_t n = rows - r0 < step ? rows - r0 : step;
                 qjob j = {t, types[i], cols, rows, rl_row_bytes(t->type, cols), drb, r0, n, buf,
                           scratch, calib_weights(&cb, t->name, cols), bad_at, false};
-                rl_pool_run(pool, q_worker, &j);
-                size_t bad = SIZE_MAX;
-                for (size_t k = 0; k < nth; k++) bad = bad_at[k] < bad ? bad_at[k] : bad;
-                if (bad != SIZE_MAX) { /* OUT.tmp is removed by gguf_writer_free */
-                    report_nonfinite(inp, t, cols, bad, scratch, false, &e);
-                    goto fail;
-                }
+                if (run_qjob(pool, &j, nth, inp, &e) < 0) goto fail; /* OUT.tmp is removed by gguf_writer_free */
                 if (gguf_writer_write_part(w, buf, drb * n, &e) < 0) goto fail;
             }
             if (!rows && gguf_writer_write_tensor(w, buf, 0, &e) < 0) goto fail;
