@@ -25,7 +25,12 @@ if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-pe
 else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b; fi
 M=/tmp/b/main/rawloop S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
-mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3 -t $4 > /tmp/m/$3.log 2>&1; }
+mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3 -t 4 > /tmp/m/$3.log 2>&1; }
+# the named files (tl 7b 7brq2 7bq4km 7bf16 8b) made side by side, those missing
+models() { for f in "$@"; do case $f in
+  tl) mk tinyllama-1.1b Q4_0 tl.gguf & ;; 7b) mk llama2-7b Q4_0 7b.gguf & ;; 7brq2) mk llama2-7b RQ2 7brq2.gguf & ;;
+  7bq4km) mk llama2-7b Q4_K_M 7bq4km.gguf & ;; 7bf16) mk llama2-7b F16 7bf16.gguf & ;; 8b) mk llama3-8b Q4_0 8b.gguf & ;;
+  esac; done; wait; echo "models $(( $(date +%s) - t0 )) s"; }
 tg() { local b=$1 f=$2 l=$3; shift 3
   env "$@" $b bench --device cuda -m $f -p 0 -n 128 -r 3 --json 2>/dev/null | tail -1 > /tmp/j.json
   python3 -c "import json;d=json.load(open('/tmp/j.json'));print('%-36s %8.1f %5.1f'%('$l',d['tg_tps'],d['tg_sd']))" || echo "$l FAILED"; }
@@ -41,8 +46,7 @@ tests-lean|tests-sf)
     echo "test_cuda, 16 warps, RQ2 two rounds: $(tail -1 /tmp/tc16u.log)"
   fi ;;
 bits)
-  mk tinyllama-1.1b Q4_0 tl.gguf 4 & mk llama2-7b Q4_0 7b.gguf 4 & mk llama2-7b RQ2 7brq2.gguf 4 &
-  mk llama2-7b Q4_K_M 7bq4km.gguf 4 & wait
+  models tl 7b 7brq2 7bq4km
   IDS=$(seq 100 139 | tr '\n' ' ')
   for f in tl 7b 7brq2 7bq4km; do for ex in "" --exact; do
     lg() { local o=$1 b=$2; shift 2; env "$@" $b logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" -b 1 $ex -o $o > /dev/null 2>&1; }
@@ -53,9 +57,7 @@ bits)
     rm -f /tmp/lm.bin /tmp/ll.bin /tmp/ll2.bin
   done; done ;;
 lean)
-  mk tinyllama-1.1b Q4_0 tl.gguf 4 & mk llama2-7b Q4_0 7b.gguf 4 & mk llama2-7b RQ2 7brq2.gguf 4 &
-  mk llama2-7b Q4_K_M 7bq4km.gguf 4 & wait
-  echo "models $(( $(date +%s) - t0 )) s"
+  models tl 7b 7brq2 7bq4km
   for r in 1 2; do for f in tl 7b 7brq2 7bq4km; do
     tg $M /tmp/m/$f.gguf "$f main r$r"; tg $L /tmp/m/$f.gguf "$f lean r$r"
     [ $f = 7brq2 ] && tg $L /tmp/m/$f.gguf "$f lean two rounds r$r" RL_CUDA_RQ2_ROUNDS=2
@@ -64,8 +66,7 @@ lean)
     if [ $v = lean2 ]; then RL_CUDA_RQ2_ROUNDS=2 /tmp/b/lean/lab_mvs 20 4; else /tmp/b/$v/lab_mvs 20 4; fi | grep -v "^$"
   done ;;
 prologue)
-  mk tinyllama-1.1b Q4_0 tl.gguf 4 & mk llama2-7b Q4_0 7b.gguf 6 & mk llama2-7b F16 7bf16.gguf 6 & wait
-  echo "models $(( $(date +%s) - t0 )) s"
+  models tl 7b 7bf16
   for f in tl 7b; do for r in 1 2; do
     tg $M /tmp/m/$f.gguf "$f main r$r"; tg $S /tmp/m/$f.gguf "$f scale-free r$r"
     tg $X /tmp/m/$f.gguf "$f exp NONORM r$r" RL_EXP_NONORM=1
@@ -75,9 +76,7 @@ prologue)
     tg $M /tmp/m/7bf16.gguf "7B F16 main r$r"; tg $M /tmp/m/7bf16.gguf "7B F16 RL_CUDA_MVS=1 r$r" RL_CUDA_MVS=1
   done ;;
 peer)
-  mk tinyllama-1.1b Q4_0 tl.gguf 4 & mk llama2-7b Q4_0 7b.gguf 4 & mk llama2-7b Q4_K_M 7bq4km.gguf 4 &
-  mk llama3-8b Q4_0 8b.gguf 4 & wait
-  echo "models $(( $(date +%s) - t0 )) s"
+  models tl 7b 7bq4km 8b
   for f in tl 7b 7bq4km 8b; do
     tg $M /tmp/m/$f.gguf "$f rawloop main"
     /tmp/b/lcpp/llama-bench -m /tmp/m/$f.gguf -p 0 -n 128 -r 3 -ngl 99 -o json 2>/dev/null > /tmp/lb.json

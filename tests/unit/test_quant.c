@@ -1196,18 +1196,18 @@ static void test_quant_fast(void) {
     int miss = 0;
     static const size_t lens[] = {0, 1, 3, 4, 7, 8, 9, 33, 1000};
     const float odd[] = {NAN, INFINITY, -INFINITY};
+    const float fin[3] = {FLT_MAX, -1e-40f, -0.0f}; /* x[i] = fin[i % 3] */
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
         const size_t n = lens[li];
-        for (size_t i = 0; i < n; i++) x[i] = i % 3 == 0 ? FLT_MAX : i % 3 == 1 ? -1e-40f : -0.0f;
+        for (size_t i = 0; i < n; i++) x[i] = fin[i % 3];
         miss += rl_first_nonfinite(x, n) != SIZE_MAX;
         for (size_t at = 0; at < n; at += n / 5 + 1)
             for (int k = 0; k < 3; k++) {
-                const float keep = x[at];
                 x[at] = odd[k];
                 if (at + 1 < n) x[n - 1] = NAN; /* a later one does not hide the first */
                 miss += rl_first_nonfinite(x, n) != at;
-                x[at] = keep;
-                if (at + 1 < n) x[n - 1] = (n - 1) % 3 == 0 ? FLT_MAX : (n - 1) % 3 == 1 ? -1e-40f : -0.0f;
+                x[at] = fin[at % 3];
+                x[n - 1] = fin[(n - 1) % 3];
             }
     }
     CHECK(miss == 0, "rl_first_nonfinite: %d wrong answers", miss);
