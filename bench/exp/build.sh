@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds what bench/exp/run.sh carries to the device: rawloop and test_cuda for sm_90a from
 # this tree (main), from this tree with scale-free.patch (sf), with exp-prologue.patch (exp) and
-# with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
+# with lean-loop.patch (lean), with lean-loop.patch then sf-on-lean.patch (lsf, only when
+# named), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores).
 set -eu
 cd "$(dirname "$0")/../.."
@@ -9,19 +10,22 @@ NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -X
 out=/tmp/rl-exp-bins
 # variants to build (default all); a variant named here is rebuilt, the others are kept from
 # an earlier run of this script
-todo=${*:-main sf exp lean}
+todo=${*:-main sf exp lean}  # lsf: only when named
 mkdir -p "$out" build-dev
 for v in $todo; do
     src=/tmp/rl-exp-$v
     rm -rf "$src" && mkdir -p "$src" && git archive HEAD | tar x -C "$src"
-    case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;; *) patch= ;; esac
-    [ -z "$patch" ] || (cd "$src" && git apply "bench/exp/$patch")
+    case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; *) patch= ;; esac
+    for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
     bins="build-h200/rawloop build-h200/test_cuda"
-    case $v in main|lean) bins="$bins build-h200/lab_mvs" ;; esac
+    case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }
     mkdir -p "$out/$v" && (cd "$src" && cp $bins "$out/$v/") && strip "$out/$v"/*
     echo "$v: built"
 done
 tar cJf build-dev/bins.tar.xz -C "$out" main sf exp lean
-ls -la build-dev/bins.tar.xz
+# lean + scale-free apart, so that run.sh finds it only where it was built
+[ ! -d "$out/lsf" ] || tar cJf build-dev/lsf.tar.xz -C "$out" lsf
+ls -la build-dev/*.tar.xz

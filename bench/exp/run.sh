@@ -15,6 +15,8 @@
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
+#   bash bench/exp/run.sh models       only the models (tl 7b 7brq2 7bq4km 8b, or those named in
+#                                      MODELS), e.g. in the background of a tests call
 #   bash bench/exp/run.sh peer         rawloop main, llama.cpp's llama-bench, rawloop lean on the
 #                                      same files in the same run (tg128; carry build-dev-peer
 #                                      from bench/exp/pack-peer.sh and .dev/cuda, not build-dev)
@@ -22,8 +24,10 @@ set -u; cd "$(dirname "$0")/../.."
 MODE=${1:-lean}
 mkdir -p /tmp/m /tmp/b
 if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-peer/peer.tar.xz -C /tmp/b
-else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b; fi
-M=/tmp/b/main/rawloop S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
+else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
+  # lean + scale-free (lean-loop.patch, then sf-on-lean.patch), if built: build.sh lsf
+  [ -x /tmp/b/lsf/rawloop ] || [ ! -f build-dev/lsf.tar.xz ] || tar xJf build-dev/lsf.tar.xz -C /tmp/b; fi
+M=/tmp/b/main/rawloop S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
 mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3 -t 4 > /tmp/m/$3.log 2>&1; }
 # the named files (tl 7b 7brq2 7bq4km 7bf16 8b) made side by side, those missing
@@ -54,15 +58,22 @@ bits)
     if [ -s /tmp/lm.bin ] && cmp -s /tmp/lm.bin /tmp/ll.bin && cmp -s /tmp/lm.bin /tmp/ll2.bin; then
       echo "$f ${ex:-fast}: main = lean = lean two rounds ($(sha256sum < /tmp/lm.bin | cut -c1-16))"
     else echo "$f ${ex:-fast}: DIFFERENT or failed"; fi
-    rm -f /tmp/lm.bin /tmp/ll.bin /tmp/ll2.bin
+    if [ -x $F ]; then # lean + scale-free: scale-free's bits (fast), main's (--exact)
+      lg /tmp/ls.bin $S; lg /tmp/lf.bin $F
+      if [ -s /tmp/ls.bin ] && cmp -s /tmp/ls.bin /tmp/lf.bin; then
+        echo "$f ${ex:-fast}: scale-free = lean + scale-free ($(sha256sum < /tmp/ls.bin | cut -c1-16))"
+      else echo "$f ${ex:-fast}: scale-free and lean + scale-free DIFFERENT or failed"; fi
+    fi
+    rm -f /tmp/lm.bin /tmp/ll.bin /tmp/ll2.bin /tmp/ls.bin /tmp/lf.bin
   done; done ;;
 lean)
   models tl 7b 7brq2 7bq4km
   for r in 1 2; do for f in tl 7b 7brq2 7bq4km; do
     tg $M /tmp/m/$f.gguf "$f main r$r"; tg $L /tmp/m/$f.gguf "$f lean r$r"
     [ $f = 7brq2 ] && tg $L /tmp/m/$f.gguf "$f lean two rounds r$r" RL_CUDA_RQ2_ROUNDS=2
+    case $f in tl|7b) tg $S /tmp/m/$f.gguf "$f scale-free r$r"; [ -x $F ] && tg $F /tmp/m/$f.gguf "$f lean + scale-free r$r" ;; esac
   done; done
-  for v in main lean lean2; do echo "== lab_mvs 20 4, $v"
+  for v in main lean lean2 lsf; do [ -x /tmp/b/$v/lab_mvs ] || [ $v = lean2 ] || continue; echo "== lab_mvs 20 4, $v"
     if [ $v = lean2 ]; then RL_CUDA_RQ2_ROUNDS=2 /tmp/b/lean/lab_mvs 20 4; else /tmp/b/$v/lab_mvs 20 4; fi | grep -v "^$"
   done ;;
 prologue)
@@ -83,6 +94,7 @@ peer)
     python3 -c "import json;d=[r for r in json.load(open('/tmp/lb.json')) if r['n_gen']>0][0];print('%-36s %8.1f %5.1f'%('$f llama.cpp',d['avg_ts'],d['stddev_ts']))" || echo "$f llama.cpp FAILED"
     tg $L /tmp/m/$f.gguf "$f rawloop lean"
   done ;;
-*) echo "unknown mode $MODE (tests-lean, bits, lean, prologue, tests-sf, peer)"; exit 2 ;;
+models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
+*) echo "unknown mode $MODE (models, tests-lean, bits, lean, prologue, tests-sf, peer)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
