@@ -10,14 +10,19 @@ NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -X
 out=/tmp/rl-exp-bins
 # variants to build (default all); a variant named here is rebuilt, the others are kept from
 # an earlier run of this script
-todo=${*:-main sf exp lean}  # lsf: only when named
+todo=${*:-main sf exp lean}  # lsf, lean1, leanG: only when named
 mkdir -p "$out" build-dev
 for v in $todo; do
     src=/tmp/rl-exp-$v
     rm -rf "$src" && mkdir -p "$src" && git archive HEAD | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; *) patch= ;; esac
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; *) patch= ;; esac
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
+    # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only
+    # (leanG), instead of every 16 (PERF.md v2.25 section 3)
+    case $v in lean1) flush=1 ;; leanG) flush='(GLU ? 16 : 1)' ;; *) flush= ;; esac
+    [ -z "$flush" ] || sed -i "s/if (++nk == 16) flush();/if (++nk == $flush) flush();/" "$src/src/cuda/mvs.cuh"
+    [ -z "$flush" ] || grep -q "++nk == $flush)" "$src/src/cuda/mvs.cuh" || { echo "$v: flush edit failed"; exit 1; }
     bins="build-h200/rawloop build-h200/test_cuda"
     case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
@@ -28,4 +33,5 @@ done
 tar cJf build-dev/bins.tar.xz -C "$out" main sf exp lean
 # lean + scale-free apart, so that run.sh finds it only where it was built
 [ ! -d "$out/lsf" ] || tar cJf build-dev/lsf.tar.xz -C "$out" lsf
+for v in lean1 leanG; do [ ! -d "$out/$v" ] || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
 ls -la build-dev/*.tar.xz

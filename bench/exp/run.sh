@@ -8,7 +8,7 @@
 #   bash bench/exp/run.sh bits         decoding logits (-b 1, fast and --exact) of main, lean
 #                                      and lean with RL_CUDA_RQ2_ROUNDS=2 on TinyLlama / 7B
 #                                      Q4_0, 7B RQ2, 7B Q4_K_M: the same bytes, or lean is wrong
-#   bash bench/exp/run.sh lean         tg128 main / lean alternated (TinyLlama and 7B Q4_0, 7B
+#   bash bench/exp/run.sh lean         tg128 main / lean (and lean1 / leanG where built) alternated (TinyLlama and 7B Q4_0, 7B
 #                                      RQ2 also with two-round stages, 7B Q4_K_M, two rounds),
 #                                      then lab_mvs section 4 (the matvec alone on tensors
 #                                      larger than L2) of main, lean, lean with two rounds
@@ -26,7 +26,8 @@ mkdir -p /tmp/m /tmp/b
 if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-peer/peer.tar.xz -C /tmp/b
 else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
   # lean + scale-free (lean-loop.patch, then sf-on-lean.patch), if built: build.sh lsf
-  [ -x /tmp/b/lsf/rawloop ] || [ ! -f build-dev/lsf.tar.xz ] || tar xJf build-dev/lsf.tar.xz -C /tmp/b; fi
+  for v in lsf lean1 leanG; do # lean's flush variants too (build.sh lean1 leanG)
+    [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
 M=/tmp/b/main/rawloop S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
 mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3 -t 4 > /tmp/m/$3.log 2>&1; }
@@ -72,6 +73,7 @@ lean)
     tg $M /tmp/m/$f.gguf "$f main r$r"; tg $L /tmp/m/$f.gguf "$f lean r$r"
     [ $f = 7brq2 ] && tg $L /tmp/m/$f.gguf "$f lean two rounds r$r" RL_CUDA_RQ2_ROUNDS=2
     case $f in tl|7b) tg $S /tmp/m/$f.gguf "$f scale-free r$r"; [ -x $F ] && tg $F /tmp/m/$f.gguf "$f lean + scale-free r$r" ;; esac
+    for v in lean1 leanG; do [ ! -x /tmp/b/$v/rawloop ] || tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v r$r"; done
   done; done
   for v in main lean lean2 lsf; do [ -x /tmp/b/$v/lab_mvs ] || [ $v = lean2 ] || continue; echo "== lab_mvs 20 4, $v"
     if [ $v = lean2 ]; then RL_CUDA_RQ2_ROUNDS=2 /tmp/b/lean/lab_mvs 20 4; else /tmp/b/$v/lab_mvs 20 4; fi | grep -v "^$"
