@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds what bench/exp/run.sh carries to the device: rawloop and test_cuda for sm_90a from
 # this tree (main), from this tree with scale-free.patch (sf), with exp-prologue.patch (exp) and
-# with lean-loop.patch (lean), with lean-loop.patch then sf-on-lean.patch (lsf, only when
-# named), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
-# and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores).
+# with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
+# and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
+# lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
+# epilogue flushes), each into its own build-dev/VARIANT.tar.xz.
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'

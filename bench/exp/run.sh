@@ -8,8 +8,9 @@
 #   bash bench/exp/run.sh bits         decoding logits (-b 1, fast and --exact) of main, lean
 #                                      and lean with RL_CUDA_RQ2_ROUNDS=2 on TinyLlama / 7B
 #                                      Q4_0, 7B RQ2, 7B Q4_K_M: the same bytes, or lean is wrong
-#   bash bench/exp/run.sh lean         tg128 main / lean (and lean1 / leanG where built) alternated (TinyLlama and 7B Q4_0, 7B
-#                                      RQ2 also with two-round stages, 7B Q4_K_M, two rounds),
+#   bash bench/exp/run.sh lean         tg128 main / lean alternated (TinyLlama and 7B Q4_0, 7B
+#                                      RQ2 also with two-round stages, 7B Q4_K_M, two rounds;
+#                                      scale-free, lsf, lean1 and leanG beside, where carried),
 #                                      then lab_mvs section 4 (the matvec alone on tensors
 #                                      larger than L2) of main, lean, lean with two rounds
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
@@ -25,8 +26,9 @@ MODE=${1:-lean}
 mkdir -p /tmp/m /tmp/b
 if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-peer/peer.tar.xz -C /tmp/b
 else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
-  # lean + scale-free (lean-loop.patch, then sf-on-lean.patch), if built: build.sh lsf
-  for v in lsf lean1 leanG; do # lean's flush variants too (build.sh lean1 leanG)
+  # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
+  # flush variants), where they were built and carried
+  for v in lsf lean1 leanG; do
     [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
 M=/tmp/b/main/rawloop S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
