@@ -2,7 +2,8 @@
 # (build-dev/bins.tar.xz: main, main + scale-free.patch, main + exp-prologue.patch, main +
 # lean-loop.patch, for sm_90a), copy the llama SPM test vocabulary to .dev/cuda, and carry
 # build-dev and .dev/cuda. One mode per call (each fits the 600 s of a call):
-#   bash bench/exp/run.sh tests-lean   tests/cuda/run_device.sh "k e r g b" on the lean build,
+#   bash bench/exp/run.sh tests-lean   tests/cuda/run_device.sh "k e r g b" on the lean build (or
+#                                      tests-VARIANT on any variant carried: lean1, leanG, ...),
 #                                      and its test_cuda in 16-warp blocks with RQ2's two-round
 #                                      stages (RL_CUDA_RQ2_ROUNDS=2)
 #   bash bench/exp/run.sh bits         decoding logits (-b 1, fast and --exact) of main, lean
@@ -43,11 +44,12 @@ tg() { local b=$1 f=$2 l=$3; shift 3
   python3 -c "import json;d=json.load(open('/tmp/j.json'));print('%-36s %8.1f %5.1f'%('$l',d['tg_tps'],d['tg_sd']))" || echo "$l FAILED"; }
 t0=$(date +%s)
 case $MODE in
-tests-lean|tests-sf)
-  v=${MODE#tests-}; rm -rf /tmp/bd && mkdir -p /tmp/bd && cp /tmp/b/$v/* /tmp/bd/
+tests-*)
+  v=${MODE#tests-}; [ -x /tmp/b/$v/test_cuda ] || { echo "no build of $v here"; exit 2; }
+  rm -rf /tmp/bd && mkdir -p /tmp/bd && cp /tmp/b/$v/* /tmp/bd/
   OUT=/tmp/rl-out-$v bash tests/cuda/run_device.sh /tmp/bd "k e r g b"
   cat /tmp/rl-out-$v/summary.txt
-  if [ $v = lean ]; then
+  if [ "${v#lean}" != "$v" ]; then
     RL_CUDA_MV_WARPS=16 /tmp/bd/test_cuda > /tmp/tc16.log 2>&1; echo "test_cuda, 16 warps: $(tail -1 /tmp/tc16.log)"
     RL_CUDA_MV_WARPS=16 RL_CUDA_RQ2_ROUNDS=2 /tmp/bd/test_cuda > /tmp/tc16u.log 2>&1
     echo "test_cuda, 16 warps, RQ2 two rounds: $(tail -1 /tmp/tc16u.log)"
@@ -55,19 +57,18 @@ tests-lean|tests-sf)
 bits)
   models tl 7b 7brq2 7bq4km
   IDS=$(seq 100 139 | tr '\n' ' ')
+  # same LABEL FIRST OTHER...: every file holds FIRST's bytes, and FIRST is not empty
+  same() { local l=$1 a=$2; shift 2
+    for o in "$@"; do [ -s $a ] && cmp -s $a $o || { echo "$f ${ex:-fast}: $l: DIFFERENT or failed"; return; }; done
+    echo "$f ${ex:-fast}: $l ($(sha256sum < $a | cut -c1-16))"; }
   for f in tl 7b 7brq2 7bq4km; do for ex in "" --exact; do
     lg() { local o=$1 b=$2; shift 2; env "$@" $b logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" -b 1 $ex -o $o > /dev/null 2>&1; }
-    lg /tmp/lm.bin $M; lg /tmp/ll.bin $L; lg /tmp/ll2.bin $L RL_CUDA_RQ2_ROUNDS=2
-    if [ -s /tmp/lm.bin ] && cmp -s /tmp/lm.bin /tmp/ll.bin && cmp -s /tmp/lm.bin /tmp/ll2.bin; then
-      echo "$f ${ex:-fast}: main = lean = lean two rounds ($(sha256sum < /tmp/lm.bin | cut -c1-16))"
-    else echo "$f ${ex:-fast}: DIFFERENT or failed"; fi
-    if [ -x $F ]; then # lean + scale-free: scale-free's bits (fast), main's (--exact)
-      lg /tmp/ls.bin $S; lg /tmp/lf.bin $F
-      if [ -s /tmp/ls.bin ] && cmp -s /tmp/ls.bin /tmp/lf.bin; then
-        echo "$f ${ex:-fast}: scale-free = lean + scale-free ($(sha256sum < /tmp/ls.bin | cut -c1-16))"
-      else echo "$f ${ex:-fast}: scale-free and lean + scale-free DIFFERENT or failed"; fi
-    fi
-    rm -f /tmp/lm.bin /tmp/ll.bin /tmp/ll2.bin /tmp/ls.bin /tmp/lf.bin
+    lg /tmp/l-main $M; lg /tmp/l-lean $L; lg /tmp/l-lean2 $L RL_CUDA_RQ2_ROUNDS=2; more= names=
+    for v in lean1 leanG; do [ ! -x /tmp/b/$v/rawloop ] || { lg /tmp/l-$v /tmp/b/$v/rawloop; more="$more /tmp/l-$v"; names="$names = $v"; }; done
+    same "main = lean = lean two rounds$names" /tmp/l-main /tmp/l-lean /tmp/l-lean2 $more
+    # lean + scale-free: scale-free's bits
+    [ ! -x $F ] || { lg /tmp/l-sf $S; lg /tmp/l-lsf $F; same "scale-free = lean + scale-free" /tmp/l-sf /tmp/l-lsf; }
+    rm -f /tmp/l-*
   done; done ;;
 lean)
   models tl 7b 7brq2 7bq4km
@@ -99,6 +100,6 @@ peer)
     tg $L /tmp/m/$f.gguf "$f rawloop lean"
   done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
-*) echo "unknown mode $MODE (models, tests-lean, bits, lean, prologue, tests-sf, peer)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, prologue, tests-sf, peer)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
