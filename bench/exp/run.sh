@@ -14,6 +14,9 @@
 #                                      scale-free, lsf, lean1 and leanG beside, where carried),
 #                                      then lab_mvs section 4 (the matvec alone on tensors
 #                                      larger than L2) of main, lean, lean with two rounds
+#   bash bench/exp/run.sh flush        tg128 main / lean / lean1 / leanG alternated (TinyLlama and
+#                                      7B Q4_0, 7B RQ2, 7B Q4_K_M, two rounds), then bench
+#                                      --profile of 7B Q4_0 for main and lean1
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -81,6 +84,16 @@ lean)
   for v in main lean lean2 lsf; do [ -x /tmp/b/$v/lab_mvs ] || [ $v = lean2 ] || continue; echo "== lab_mvs 20 4, $v"
     if [ $v = lean2 ]; then RL_CUDA_RQ2_ROUNDS=2 /tmp/b/lean/lab_mvs 20 4; else /tmp/b/$v/lab_mvs 20 4; fi | grep -v "^$"
   done ;;
+flush)
+  # lean's epilogue flushes against main and lean, tg128 alternated, two rounds; then the
+  # per-launch profile of 7B Q4_0 for main and lean1
+  models tl 7b 7brq2 7bq4km
+  for r in 1 2; do for f in tl 7b 7brq2 7bq4km; do
+    tg $M /tmp/m/$f.gguf "$f main r$r"; tg $L /tmp/m/$f.gguf "$f lean r$r"
+    for v in lean1 leanG; do [ ! -x /tmp/b/$v/rawloop ] || tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v r$r"; done
+  done; done
+  for v in main lean1; do [ -x /tmp/b/$v/rawloop ] || continue; echo "== 7b profile, $v"
+    /tmp/b/$v/rawloop bench --device cuda -m /tmp/m/7b.gguf -p 0 -n 64 -r 2 --profile 2>&1 | grep "^| [a-z]" | tail -10; done ;;
 prologue)
   models tl 7b 7bf16
   for f in tl 7b; do for r in 1 2; do
@@ -100,6 +113,6 @@ peer)
     tg $L /tmp/m/$f.gguf "$f rawloop lean"
   done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, prologue, tests-sf, peer)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, prologue, tests-sf, peer)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
