@@ -23,7 +23,8 @@
 #   bash bench/exp/run.sh models       only the models (tl 7b 7brq2 7bq4km 8b, or those named in
 #                                      MODELS), e.g. in the background of a tests call
 #   bash bench/exp/run.sh peer         rawloop main, llama.cpp's llama-bench, rawloop lean on the
-#                                      same files in the same run (tg128; carry build-dev-peer
+#                                      same files in the same run (tg128; PEER="tlf16 7bf16 7bq8"
+#                                      picks other files of models(); carry build-dev-peer
 #                                      from bench/exp/pack-peer.sh and .dev/cuda, not build-dev)
 set -u; cd "$(dirname "$0")/../.."
 MODE=${1:-lean}
@@ -37,10 +38,11 @@ else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
 M=/tmp/b/main/rawloop S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
 mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3 -t 4 > /tmp/m/$3.log 2>&1; }
-# the named files (tl 7b 7brq2 7bq4km 7bf16 8b) made side by side, those missing
+# the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8) made side by side, those missing
 models() { for f in "$@"; do case $f in
   tl) mk tinyllama-1.1b Q4_0 tl.gguf & ;; 7b) mk llama2-7b Q4_0 7b.gguf & ;; 7brq2) mk llama2-7b RQ2 7brq2.gguf & ;;
   7bq4km) mk llama2-7b Q4_K_M 7bq4km.gguf & ;; 7bf16) mk llama2-7b F16 7bf16.gguf & ;; 8b) mk llama3-8b Q4_0 8b.gguf & ;;
+  tlf16) mk tinyllama-1.1b F16 tlf16.gguf & ;; 7bq8) mk llama2-7b Q8_0 7bq8.gguf & ;;
   esac; done; wait; echo "models $(( $(date +%s) - t0 )) s"; }
 tg() { local b=$1 f=$2 l=$3; shift 3
   env "$@" $b bench --device cuda -m $f -p 0 -n 128 -r 3 --json 2>/dev/null | tail -1 > /tmp/j.json
@@ -105,8 +107,8 @@ prologue)
     tg $M /tmp/m/7bf16.gguf "7B F16 main r$r"; tg $M /tmp/m/7bf16.gguf "7B F16 RL_CUDA_MVS=1 r$r" RL_CUDA_MVS=1
   done ;;
 peer)
-  models tl 7b 7bq4km 8b
-  for f in tl 7b 7bq4km 8b; do
+  models ${PEER:-tl 7b 7bq4km 8b}
+  for f in ${PEER:-tl 7b 7bq4km 8b}; do
     tg $M /tmp/m/$f.gguf "$f rawloop main"
     /tmp/b/lcpp/llama-bench -m /tmp/m/$f.gguf -p 0 -n 128 -r 3 -ngl 99 -o json 2>/dev/null > /tmp/lb.json
     python3 -c "import json;d=[r for r in json.load(open('/tmp/lb.json')) if r['n_gen']>0][0];print('%-36s %8.1f %5.1f'%('$f llama.cpp',d['avg_ts'],d['stddev_ts']))" || echo "$f llama.cpp FAILED"
