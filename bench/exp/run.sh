@@ -17,6 +17,10 @@
 #   bash bench/exp/run.sh flush        tg128 main / lean / lean1 / leanG alternated (TinyLlama and
 #                                      7B Q4_0, 7B RQ2, 7B Q4_K_M, two rounds), then bench
 #                                      --profile of 7B Q4_0 for main and lean1
+#   bash bench/exp/run.sh f16          the F16 register kernel's variants (f16-pipe.patch) against
+#                                      main on TinyLlama / 7B / 8B F16: logits byte for byte,
+#                                      tg128 alternated, profile, test_cuda (carry only
+#                                      build-dev/f16.tar.xz and .dev/cuda)
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -30,19 +34,20 @@ set -u; cd "$(dirname "$0")/../.."
 MODE=${1:-lean}
 mkdir -p /tmp/m /tmp/b
 if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-peer/peer.tar.xz -C /tmp/b
+elif [ $MODE = f16 ]; then [ -x /tmp/b/f16base/rawloop ] || tar xJf build-dev/f16.tar.xz -C /tmp/b
 else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
   # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
   # flush variants), where they were built and carried
   for v in lsf lean1 leanG; do
     [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
-M=/tmp/b/main/rawloop S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
+M=/tmp/b/main/rawloop; [ $MODE = f16 ] && M=/tmp/b/f16base/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
 mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3 -t 4 > /tmp/m/$3.log 2>&1; }
-# the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8) made side by side, those missing
+# the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8 8bf16) made side by side, those missing
 models() { for f in "$@"; do case $f in
   tl) mk tinyllama-1.1b Q4_0 tl.gguf & ;; 7b) mk llama2-7b Q4_0 7b.gguf & ;; 7brq2) mk llama2-7b RQ2 7brq2.gguf & ;;
   7bq4km) mk llama2-7b Q4_K_M 7bq4km.gguf & ;; 7bf16) mk llama2-7b F16 7bf16.gguf & ;; 8b) mk llama3-8b Q4_0 8b.gguf & ;;
-  tlf16) mk tinyllama-1.1b F16 tlf16.gguf & ;; 7bq8) mk llama2-7b Q8_0 7bq8.gguf & ;;
+  tlf16) mk tinyllama-1.1b F16 tlf16.gguf & ;; 7bq8) mk llama2-7b Q8_0 7bq8.gguf & ;; 8bf16) mk llama3-8b F16 8bf16.gguf & ;;
   esac; done; wait; echo "models $(( $(date +%s) - t0 )) s"; }
 tg() { local b=$1 f=$2 l=$3; shift 3
   env "$@" $b bench --device cuda -m $f -p 0 -n 128 -r 3 --json 2>/dev/null | tail -1 > /tmp/j.json
@@ -96,6 +101,23 @@ flush)
   done; done
   for v in main lean1; do [ -x /tmp/b/$v/rawloop ] || continue; echo "== 7b profile, $v"
     /tmp/b/$v/rawloop bench --device cuda -m /tmp/m/7b.gguf -p 0 -n 64 -r 2 --profile 2>&1 | grep "^| [a-z]" | tail -10; done ;;
+f16)
+  # the F16 register kernel's variants (f16-pipe.patch; build.sh f16p f16p4 f16u2 f16m2) against
+  # main: logits byte for byte (decoding, and exact chunks of 16), tg128 alternated, the 7B
+  # profile and f16p's test_cuda. Carry only build-dev/f16.tar.xz and .dev/cuda.
+  models tlf16 7bf16 8bf16
+  VARS=$(cd /tmp/b && ls -d f16p f16p4 f16u2 f16m2 2>/dev/null | tr '\n' ' ')
+  IDS=$(seq 100 139 | tr '\n' ' ')
+  for f in tlf16 7bf16; do for mode in "-b 1" "--prefill exact -b 16"; do
+    $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $mode -o /tmp/l-main > /dev/null 2>&1
+    r="$f [$mode] main $(sha256sum < /tmp/l-main | cut -c1-16):"
+    for v in $VARS; do /tmp/b/$v/rawloop logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $mode -o /tmp/l-v > /dev/null 2>&1
+      [ -s /tmp/l-main ] && cmp -s /tmp/l-main /tmp/l-v && r="$r $v =" || r="$r $v DIFFERENT"; done; echo "$r"; done; done
+  for r in 1 2; do for f in 7bf16 tlf16 8bf16; do tg $M /tmp/m/$f.gguf "$f main r$r"
+    for v in $VARS; do tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v r$r"; done; done; done
+  for v in main f16p; do b=/tmp/b/$v/rawloop; [ $v = main ] && b=$M; echo "== 7bf16 profile, $v"
+    $b bench --device cuda -m /tmp/m/7bf16.gguf -p 0 -n 64 -r 2 --profile 2>&1 | grep "^| [a-z]" | tail -9; done
+  echo "test_cuda f16p: $(/tmp/b/f16p/test_cuda 2>&1 | tail -1)" ;;
 prologue)
   models tl 7b 7bf16
   for f in tl 7b; do for r in 1 2; do
@@ -115,6 +137,6 @@ peer)
     tg $L /tmp/m/$f.gguf "$f rawloop lean"
   done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, prologue, tests-sf, peer)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, f16, prologue, tests-sf, peer)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
