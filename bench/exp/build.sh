@@ -5,21 +5,22 @@
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
 # epilogue flushes), each into its own build-dev/VARIANT.tar.xz; f16p, f16p4, f16u2, f16m2 (the
-# F16 register kernel's variants, f16-pipe.patch) into build-dev/f16.tar.xz.
+# F16 register kernel's variants, f16-pipe.patch) into build-dev/f16.tar.xz; dual (qkv-dual.patch)
+# into build-dev/dual.tar.xz.
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'
 out=/tmp/rl-exp-bins
 # variants to build (default all); a variant named here is rebuilt, the others are kept from
 # an earlier run of this script
-todo=${*:-main sf exp lean}  # lsf, lean1, leanG, f16*: only when named
+todo=${*:-main sf exp lean}  # lsf, lean1, leanG, f16*, dual: only when named
 mkdir -p "$out" build-dev
 for v in $todo; do
     src=/tmp/rl-exp-$v
     rm -rf "$src" && mkdir -p "$src" && git archive HEAD | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
-        f16*) patch=f16-pipe.patch ;; *) patch= ;; esac
+        f16*) patch=f16-pipe.patch ;; dual) patch=qkv-dual.patch ;; *) patch= ;; esac
     # the F16 register kernel's variants (f16-pipe.patch's macros): its next units loaded
     # before the current dots (f16p: 16 warps per SM; f16p4: 32, spilling), two units in flight
     # (f16u2), main's loop at 16 warps per SM (f16m2)
@@ -41,7 +42,7 @@ done
 tar cJf build-dev/bins.tar.xz -C "$out" main sf exp lean
 # lean + scale-free apart, so that run.sh finds it only where it was built
 [ ! -d "$out/lsf" ] || tar cJf build-dev/lsf.tar.xz -C "$out" lsf
-for v in lean1 leanG; do [ ! -d "$out/$v" ] || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
+for v in lean1 leanG dual; do [ ! -d "$out/$v" ] || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
 # the F16 variants in one archive, rawloop only but f16p's test_cuda
 f16=$(cd "$out" && ls -d f16p f16p4 f16u2 f16m2 2>/dev/null | tr '\n' ' ')
 # beside main's rawloop as f16base, so that run.sh f16 needs only this file carried

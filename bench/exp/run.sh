@@ -21,6 +21,10 @@
 #                                      main on TinyLlama / 7B / 8B F16: logits byte for byte,
 #                                      tg128 alternated, profile, test_cuda (carry only
 #                                      build-dev/f16.tar.xz and .dev/cuda)
+#   bash bench/exp/run.sh dual         qkv-dual.patch (build.sh dual): one launch for a mixed-type
+#                                      QKV against two (its knob), TinyLlama / 7B / 8B Q4_K_M
+#                                      (DUAL=... other files of models()): bits, launches, tg128,
+#                                      profile. tests-dual: run_device.sh on that build
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -35,19 +39,22 @@ MODE=${1:-lean}
 mkdir -p /tmp/m /tmp/b
 if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-peer/peer.tar.xz -C /tmp/b
 elif [ $MODE = f16 ]; then [ -x /tmp/b/f16base/rawloop ] || tar xJf build-dev/f16.tar.xz -C /tmp/b
+elif [ "${MODE#dual}" != "$MODE" ] || [ $MODE = tests-dual ]; then [ -x /tmp/b/dual/rawloop ] || tar xJf build-dev/dual.tar.xz -C /tmp/b
 else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
   # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
   # flush variants), where they were built and carried
   for v in lsf lean1 leanG; do
     [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
-M=/tmp/b/main/rawloop; [ $MODE = f16 ] && M=/tmp/b/f16base/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
+M=/tmp/b/main/rawloop; [ $MODE = f16 ] && M=/tmp/b/f16base/rawloop; [ $MODE = dual ] && M=/tmp/b/dual/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
-mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3 -t 4 > /tmp/m/$3.log 2>&1; }
-# the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8 8bf16) made side by side, those missing
+mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3.part -t ${MK_T:-4} > /tmp/m/$3.log 2>&1 && mv /tmp/m/$3.part /tmp/m/$3; }
+# the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8 8bf16 tlq4km 8bq4km 7bq5km) made side by side, those missing
 models() { for f in "$@"; do case $f in
   tl) mk tinyllama-1.1b Q4_0 tl.gguf & ;; 7b) mk llama2-7b Q4_0 7b.gguf & ;; 7brq2) mk llama2-7b RQ2 7brq2.gguf & ;;
   7bq4km) mk llama2-7b Q4_K_M 7bq4km.gguf & ;; 7bf16) mk llama2-7b F16 7bf16.gguf & ;; 8b) mk llama3-8b Q4_0 8b.gguf & ;;
   tlf16) mk tinyllama-1.1b F16 tlf16.gguf & ;; 7bq8) mk llama2-7b Q8_0 7bq8.gguf & ;; 8bf16) mk llama3-8b F16 8bf16.gguf & ;;
+  tlq4km) mk tinyllama-1.1b Q4_K_M tlq4km.gguf & ;; 8bq4km) mk llama3-8b Q4_K_M 8bq4km.gguf & ;;
+  7bq5km) mk llama2-7b Q5_K_M 7bq5km.gguf & ;;
   esac; done; wait; echo "models $(( $(date +%s) - t0 )) s"; }
 tg() { local b=$1 f=$2 l=$3; shift 3
   env "$@" $b bench --device cuda -m $f -p 0 -n 128 -r 3 --json 2>/dev/null | tail -1 > /tmp/j.json
@@ -118,6 +125,24 @@ f16)
   for v in main f16p; do b=/tmp/b/$v/rawloop; [ $v = main ] && b=$M; echo "== 7bf16 profile, $v"
     $b bench --device cuda -m /tmp/m/7bf16.gguf -p 0 -n 64 -r 2 --profile 2>&1 | grep "^| [a-z]" | tail -9; done
   echo "test_cuda f16p: $(/tmp/b/f16p/test_cuda 2>&1 | tail -1)" ;;
+dual)
+  # qkv-dual.patch: its knob RL_CUDA_MVS2=0 is main's two launches (the same SASS for every
+  # other kernel), so one binary: logits byte for byte (decoding fast and --exact, and exact
+  # chunks of 16 against decoding), launches per token, tg128 alternated, profiles
+  F=${DUAL:-tlq4km 7bq4km 8bq4km}; models $F
+  IDS=$(seq 100 139 | tr '\n' ' ')
+  for f in $F; do for ex in "-b 1" "--exact -b 1"; do
+    $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $ex -o /tmp/l-one > /dev/null 2>&1
+    RL_CUDA_MVS2=0 $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $ex -o /tmp/l-two > /dev/null 2>&1
+    [ -s /tmp/l-one ] && cmp -s /tmp/l-one /tmp/l-two && echo "$f [$ex]: one launch = two ($(sha256sum < /tmp/l-one | cut -c1-16))" || echo "$f [$ex]: DIFFERENT or failed"
+    if [ "$ex" = "--exact -b 1" ]; then $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" --prefill exact -b 16 -o /tmp/l-ch > /dev/null 2>&1
+      cmp -s /tmp/l-one /tmp/l-ch && echo "$f: exact chunks of 16 = decoding" || echo "$f: exact chunks of 16 DIFFERENT from decoding"; fi
+  done; done
+  for f in $F; do for v in 1 0; do RL_CUDA_MVS2=$v $M bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 16 -r 1 --json 2>/dev/null | tail -1 |
+    python3 -c "import json,sys;d=json.load(sys.stdin);print('$f MVS2=$v launches/token',d.get('launches_per_token'))"; done; done
+  for r in 1 2; do for f in $F; do tg $M /tmp/m/$f.gguf "$f one launch r$r"; tg $M /tmp/m/$f.gguf "$f two (MVS2=0) r$r" RL_CUDA_MVS2=0; done; done
+  for v in 1 0; do echo "== 7bq4km profile, MVS2=$v"
+    RL_CUDA_MVS2=$v $M bench --device cuda -m /tmp/m/7bq4km.gguf -p 0 -n 64 -r 2 --profile 2>&1 | grep "^| [a-z]" | tail -9; done ;;
 prologue)
   models tl 7b 7bf16
   for f in tl 7b; do for r in 1 2; do
@@ -137,6 +162,6 @@ peer)
     tg $L /tmp/m/$f.gguf "$f rawloop lean"
   done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, f16, prologue, tests-sf, peer)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, f16, dual, prologue, tests-sf, peer)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
