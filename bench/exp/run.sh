@@ -32,7 +32,8 @@
 #                                      MODELS), e.g. in the background of a tests call
 #   bash bench/exp/run.sh peer         rawloop main, llama.cpp's llama-bench, rawloop lean on the
 #                                      same files in the same run (tg128; PEER="tlf16 7bf16 7bq8"
-#                                      picks other files of models(); carry build-dev-peer
+#                                      picks other files of models(), PEER_VAR=dual the variant
+#                                      pack-peer.sh packed beside main; carry build-dev-peer
 #                                      from bench/exp/pack-peer.sh and .dev/cuda, not build-dev)
 set -u; cd "$(dirname "$0")/../.."
 MODE=${1:-lean}
@@ -159,7 +160,7 @@ peer)
     tg $M /tmp/m/$f.gguf "$f rawloop main"
     /tmp/b/lcpp/llama-bench -m /tmp/m/$f.gguf -p 0 -n 128 -r 3 -ngl 99 -o json 2>/dev/null > /tmp/lb.json
     python3 -c "import json;d=[r for r in json.load(open('/tmp/lb.json')) if r['n_gen']>0][0];print('%-36s %8.1f %5.1f'%('$f llama.cpp',d['avg_ts'],d['stddev_ts']))" || echo "$f llama.cpp FAILED"
-    tg $L /tmp/m/$f.gguf "$f rawloop lean"
+    pv=${PEER_VAR:-lean}; tg /tmp/b/$pv/rawloop /tmp/m/$f.gguf "$f rawloop $pv"
   done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 *) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, f16, dual, prologue, tests-sf, peer)"; exit 2 ;;
