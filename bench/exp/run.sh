@@ -132,12 +132,13 @@ dual)
   # chunks of 16 against decoding), launches per token, tg128 alternated, profiles
   F=${DUAL:-tlq4km 7bq4km 8bq4km}; models $F
   IDS=$(seq 100 139 | tr '\n' ' ')
-  for f in $F; do for ex in "-b 1" "--exact -b 1"; do
-    $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $ex -o /tmp/l-one > /dev/null 2>&1
-    RL_CUDA_MVS2=0 $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $ex -o /tmp/l-two > /dev/null 2>&1
-    [ -s /tmp/l-one ] && cmp -s /tmp/l-one /tmp/l-two && echo "$f [$ex]: one launch = two ($(sha256sum < /tmp/l-one | cut -c1-16))" || echo "$f [$ex]: DIFFERENT or failed"
-    if [ "$ex" = "--exact -b 1" ]; then $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" --prefill exact -b 16 -o /tmp/l-ch > /dev/null 2>&1
-      cmp -s /tmp/l-one /tmp/l-ch && echo "$f: exact chunks of 16 = decoding" || echo "$f: exact chunks of 16 DIFFERENT from decoding"; fi
+  # decoding token by token (--prefill exact -b 1), fast and --exact: with the knob on and off,
+  # and exact chunks of 16 (the register kernels, one launch per type) against it
+  for f in $F; do for ex in "" --exact; do
+    lg() { local o=$1 b=$2; shift 2; env "$@" $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" --prefill exact $ex -b $b -o $o > /dev/null 2>&1; }
+    lg /tmp/l-one 1; lg /tmp/l-two 1 RL_CUDA_MVS2=0; lg /tmp/l-ch 16
+    [ -s /tmp/l-one ] && cmp -s /tmp/l-one /tmp/l-two && echo "$f ${ex:-fast}: one launch = two ($(sha256sum < /tmp/l-one | cut -c1-16))" || echo "$f ${ex:-fast}: one launch DIFFERENT from two, or failed"
+    [ -s /tmp/l-one ] && cmp -s /tmp/l-one /tmp/l-ch && echo "$f ${ex:-fast}: exact chunks of 16 = decoding" || echo "$f ${ex:-fast}: exact chunks of 16 DIFFERENT from decoding"
   done; done
   for f in $F; do for v in 1 0; do RL_CUDA_MVS2=$v $M bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 16 -r 1 --json 2>/dev/null | tail -1 |
     python3 -c "import json,sys;d=json.load(sys.stdin);print('$f MVS2=$v launches/token',d.get('launches_per_token'))"; done; done
