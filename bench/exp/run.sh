@@ -67,7 +67,7 @@ tests-*)
   rm -rf /tmp/bd && mkdir -p /tmp/bd && cp /tmp/b/$v/* /tmp/bd/
   OUT=/tmp/rl-out-$v bash tests/cuda/run_device.sh /tmp/bd "k e r g b"
   cat /tmp/rl-out-$v/summary.txt
-  if [ "${v#lean}" != "$v" ]; then
+  if [ "${v#lean}" != "$v" ] || [ $v = dual ]; then
     RL_CUDA_MV_WARPS=16 /tmp/bd/test_cuda > /tmp/tc16.log 2>&1; echo "test_cuda, 16 warps: $(tail -1 /tmp/tc16.log)"
     RL_CUDA_MV_WARPS=16 RL_CUDA_RQ2_ROUNDS=2 /tmp/bd/test_cuda > /tmp/tc16u.log 2>&1
     echo "test_cuda, 16 warps, RQ2 two rounds: $(tail -1 /tmp/tc16u.log)"
