@@ -39,13 +39,15 @@ for v in $todo; do
     mkdir -p "$out/$v" && (cd "$src" && cp $bins "$out/$v/") && strip "$out/$v"/*
     echo "$v: built"
 done
-tar cJf build-dev/bins.tar.xz -C "$out" main sf exp lean
-# lean + scale-free apart, so that run.sh finds it only where it was built
-[ ! -d "$out/lsf" ] || tar cJf build-dev/lsf.tar.xz -C "$out" lsf
-for v in lean1 leanG dual; do [ ! -d "$out/$v" ] || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
-# the F16 variants in one archive, rawloop only but f16p's test_cuda
-f16=$(cd "$out" && ls -d f16p f16p4 f16u2 f16m2 2>/dev/null | tr '\n' ' ')
-# beside main's rawloop as f16base, so that run.sh f16 needs only this file carried
+# archives of what this run built only (an earlier run's leftovers in $out are not re-packed)
+built() { for b in "$@"; do case " $todo " in *" $b "*) return 0 ;; esac; done; return 1; }
+! built main sf exp lean || tar cJf build-dev/bins.tar.xz -C "$out" main sf exp lean
+# lean + scale-free, lean's flush variants and the two-type QKV apart, so that run.sh finds
+# them only where they were built
+for v in lsf lean1 leanG dual; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
+# the F16 variants in one archive, rawloop only but f16p's test_cuda, beside main's rawloop as
+# f16base, so that run.sh f16 needs only this file carried
+f16=$(for v in f16p f16p4 f16u2 f16m2; do ! built $v || echo $v; done | tr '\n' ' ')
 [ -z "$f16" ] || { for v in $f16; do [ $v = f16p ] || rm -f "$out/$v/test_cuda"; done
     mkdir -p "$out/f16base" && cp "$out/main/rawloop" "$out/f16base/"
     tar cJf build-dev/f16.tar.xz -C "$out" f16base $f16; }

@@ -60,6 +60,11 @@ models() { for f in "$@"; do case $f in
 tg() { local b=$1 f=$2 l=$3; shift 3
   env "$@" $b bench --device cuda -m $f -p 0 -n 128 -r 3 --json 2>/dev/null | tail -1 > /tmp/j.json
   python3 -c "import json;d=json.load(open('/tmp/j.json'));print('%-36s %8.1f %5.1f'%('$l',d['tg_tps'],d['tg_sd']))" || echo "$l FAILED"; }
+# same LABEL FIRST OTHER...: every file holds FIRST's bytes, and FIRST is not empty ($f, $ex:
+# the file and the arithmetic the caller is at)
+same() { local l=$1 a=$2; shift 2
+  for o in "$@"; do [ -s $a ] && cmp -s $a $o || { echo "$f ${ex:-fast}: $l: DIFFERENT or failed"; return; }; done
+  echo "$f ${ex:-fast}: $l ($(sha256sum < $a | cut -c1-16))"; }
 t0=$(date +%s)
 case $MODE in
 tests-*)
@@ -75,10 +80,6 @@ tests-*)
 bits)
   models tl 7b 7brq2 7bq4km
   IDS=$(seq 100 139 | tr '\n' ' ')
-  # same LABEL FIRST OTHER...: every file holds FIRST's bytes, and FIRST is not empty
-  same() { local l=$1 a=$2; shift 2
-    for o in "$@"; do [ -s $a ] && cmp -s $a $o || { echo "$f ${ex:-fast}: $l: DIFFERENT or failed"; return; }; done
-    echo "$f ${ex:-fast}: $l ($(sha256sum < $a | cut -c1-16))"; }
   for f in tl 7b 7brq2 7bq4km; do for ex in "" --exact; do
     lg() { local o=$1 b=$2; shift 2; env "$@" $b logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" -b 1 $ex -o $o > /dev/null 2>&1; }
     lg /tmp/l-main $M; lg /tmp/l-lean $L; lg /tmp/l-lean2 $L RL_CUDA_RQ2_ROUNDS=2; more= names=
@@ -116,11 +117,10 @@ f16)
   models tlf16 7bf16 8bf16
   VARS=$(cd /tmp/b && ls -d f16p f16p4 f16u2 f16m2 2>/dev/null | tr '\n' ' ')
   IDS=$(seq 100 139 | tr '\n' ' ')
-  for f in tlf16 7bf16; do for mode in "-b 1" "--prefill exact -b 16"; do
-    $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $mode -o /tmp/l-main > /dev/null 2>&1
-    r="$f [$mode] main $(sha256sum < /tmp/l-main | cut -c1-16):"
-    for v in $VARS; do /tmp/b/$v/rawloop logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $mode -o /tmp/l-v > /dev/null 2>&1
-      [ -s /tmp/l-main ] && cmp -s /tmp/l-main /tmp/l-v && r="$r $v =" || r="$r $v DIFFERENT"; done; echo "$r"; done; done
+  for f in tlf16 7bf16; do for ex in "-b 1" "--prefill exact -b 16"; do
+    $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $ex -o /tmp/l-main > /dev/null 2>&1
+    for v in $VARS; do /tmp/b/$v/rawloop logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $ex -o /tmp/l-$v > /dev/null 2>&1
+      same "main = $v" /tmp/l-main /tmp/l-$v; done; rm -f /tmp/l-*; done; done
   for r in 1 2; do for f in 7bf16 tlf16 8bf16; do tg $M /tmp/m/$f.gguf "$f main r$r"
     for v in $VARS; do tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v r$r"; done; done; done
   for v in main f16p; do b=/tmp/b/$v/rawloop; [ $v = main ] && b=$M; echo "== 7bf16 profile, $v"
@@ -137,8 +137,7 @@ dual)
   for f in $F; do for ex in "" --exact; do
     lg() { local o=$1 b=$2; shift 2; env "$@" $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" --prefill exact $ex -b $b -o $o > /dev/null 2>&1; }
     lg /tmp/l-one 1; lg /tmp/l-two 1 RL_CUDA_MVS2=0; lg /tmp/l-ch 16
-    [ -s /tmp/l-one ] && cmp -s /tmp/l-one /tmp/l-two && echo "$f ${ex:-fast}: one launch = two ($(sha256sum < /tmp/l-one | cut -c1-16))" || echo "$f ${ex:-fast}: one launch DIFFERENT from two, or failed"
-    [ -s /tmp/l-one ] && cmp -s /tmp/l-one /tmp/l-ch && echo "$f ${ex:-fast}: exact chunks of 16 = decoding" || echo "$f ${ex:-fast}: exact chunks of 16 DIFFERENT from decoding"
+    same "one launch = two" /tmp/l-one /tmp/l-two; same "exact chunks of 16 = decoding" /tmp/l-one /tmp/l-ch; rm -f /tmp/l-*
   done; done
   for f in $F; do for v in 1 0; do RL_CUDA_MVS2=$v $M bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 16 -r 1 --json 2>/dev/null | tail -1 |
     python3 -c "import json,sys;d=json.load(sys.stdin);print('$f MVS2=$v launches/token',d.get('launches_per_token'))"; done; done
