@@ -282,12 +282,12 @@ static int dev_alloc(void **p, size_t n, const char *what, rl_err *e) {
 
 /* One matvec step of the token: launched, and counted (kernels; streamed ones). */
 static void mv_go(rl_cuda *c, const rl_mv_args *a, int *rc) {
-    int k = rl_mv_launch(a, &c->knobs, c->n_sm, c->st);
+    rl_mv_count m = {0, 0};
+    int k = rl_mv_launch(a, &c->knobs, c->n_sm, c->st, &m);
     if (k < 0) *rc = -1;
     else c->n.launches += (size_t)k;
-    const bool streamed = rl_mvs_warps(a, &c->knobs) > 0;
-    c->n.streamed += streamed;
-    c->n.bulked += streamed && rl_mvb_applies(a, &c->knobs);
+    c->n.streamed += m.streamed;
+    c->n.bulked += m.bulked;
 }
 
 /* The arguments of a one-matrix matvec: y (mode) W · x, x RMS-normalised first with norm_w. */
@@ -1201,7 +1201,7 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
         a.ys = (int)out_rows;
         a.scratch = scratch;
         if (kernel) *kernel = rl_mvs_warps(&a, &c.knobs) > 0 ? 1 + rl_mvb_applies(&a, &c.knobs) : 0;
-        if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0) < 0 ||
+        if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0, NULL) < 0 ||
             cudaDeviceSynchronize() || cudaMemcpy(y, dy, ns * out_rows * 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));
     }

@@ -166,9 +166,16 @@ struct rl_cuda_knobs {
                             (RL_CUDA_PF_ROPE_TAB: 1 default, 0 computed per pair); same bits */
 };
 
+/* Of the kernels one rl_mv_launch enqueued, how many streamed (mvs.cu) and of those how many
+ * by bulk copies: per launch, since a mixed-type QKV or GLU is two launches of one step. */
+typedef struct rl_mv_count {
+    size_t streamed, bulked;
+} rl_mv_count;
+
 /* Launches one matvec (or one per segment when their types differ, or gate then up when the
- * GLU's two types differ). Returns the number of kernels launched, or -1 on a launch error. */
-int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
+ * GLU's two types differ). Returns the number of kernels launched, or -1 on a launch error;
+ * adds its streamed launches to *n where n is not NULL. */
+int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st, rl_mv_count *n);
 /* Whether every matrix of a (gate and up with GLU, else each segment) has a's first type, its
  * quant plane 16-byte aligned row by row and its scale plane s_to-byte aligned row by row
  * (absent: allowed unless s_needed). The streamed and tensor-core kernels copy the planes in

@@ -419,7 +419,7 @@ static int mv_block_warps(mv_fn f1, int warps, size_t smem, const rl_cuda_knobs 
  * that get several items loop. A chunk (ns > 1) first stages its columns with the one-column
  * prologue (the decode kernel's block size, so the same bits), then runs blocks of at most 8
  * warps (the ns-column kernels need the registers). */
-static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
+static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st, rl_mv_count *n) {
     bool glu = a->mode == RL_MV_GLU;
     const int items = mv_items(*a, glu);
     uint32_t type = a->seg[0].w.type;
@@ -427,6 +427,10 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
     int ns = a->ns > 1 ? a->ns : 1, warps = k->mv_warps, launches = 1;
     if (ns != 1 && ns != 4 && ns != 8 && ns != 16) return -1;
     const int streamed = rl_mvs_launch(a, k, n_sm, st);
+    if (streamed > 0 && n) {
+        n->streamed += (size_t)streamed;
+        n->bulked += rl_mvb_applies(a, k) ? (size_t)streamed : 0;
+    }
     if (streamed) return streamed;
     mv_fn f = mv_kernel_for(type, glu, q8, lut, ns);
     warps = mv_block_warps(mv_kernel_for(type, glu, q8, lut, 1), warps, rl_mv_smem(a->n, q8), k);
@@ -448,10 +452,10 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
     return rl_launch(f, dim3(blocks), dim3(warps * 32), smem, st, k->pdl == 1, *a) ? -1 : launches;
 }
 
-int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
+int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st, rl_mv_count *cnt) {
     bool same = true;
     for (int i = 1; i < a->nseg; i++) same = same && a->seg[i].w.type == a->seg[0].w.type;
-    if (same) return mv_launch1(a, k, n_sm, st);
+    if (same) return mv_launch1(a, k, n_sm, st, cnt);
     int n = 0;
     if (a->mode == RL_MV_GLU) { /* gate to y, then y = silu(y) * up */
         rl_mv_args g = *a;
@@ -460,7 +464,7 @@ int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStre
         rl_mv_args u = g;
         u.seg[0].w = a->seg[1].w;
         u.mode = RL_MV_GLU_MUL;
-        int lg = mv_launch1(&g, k, n_sm, st), lu = lg < 0 ? -1 : mv_launch1(&u, k, n_sm, st);
+        int lg = mv_launch1(&g, k, n_sm, st, cnt), lu = lg < 0 ? -1 : mv_launch1(&u, k, n_sm, st, cnt);
         return lg < 0 || lu < 0 ? -1 : lg + lu;
     }
     /* one launch per run of segments of one type (Q4_K_M's Q and K beside a Q6_K V: two
@@ -470,7 +474,7 @@ int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStre
         rl_mv_args s1 = *a;
         for (int g = i; g < j; g++) s1.seg[g - i] = a->seg[g];
         s1.nseg = j - i;
-        int l1 = mv_launch1(&s1, k, n_sm, st);
+        int l1 = mv_launch1(&s1, k, n_sm, st, cnt);
         if (l1 < 0) return -1;
         n += l1;
     }
