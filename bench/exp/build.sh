@@ -34,6 +34,7 @@ for v in $todo; do
     [ -z "$flush" ] || grep -q "++nk == $flush)" "$src/src/cuda/mvs.cuh" || { echo "$v: flush edit failed"; exit 1; }
     bins="build-h200/rawloop build-h200/test_cuda"
     case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
+    [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
     make -C "$src" BUILD=build-h200 NVFLAGS="$NV $def" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }
     mkdir -p "$out/$v" && (cd "$src" && cp $bins "$out/$v/") && strip "$out/$v"/*

@@ -28,6 +28,9 @@
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
+#   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
+#                                      while every SM streams with a given number of bytes in
+#                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
 #   bash bench/exp/run.sh models       only the models (tl 7b 7brq2 7bq4km 8b, or those named in
 #                                      MODELS), e.g. in the background of a tests call
 #   bash bench/exp/run.sh peer         rawloop main, llama.cpp's llama-bench, rawloop lean on the
@@ -163,6 +166,7 @@ peer)
     pv=${PEER_VAR:-lean}; tg /tmp/b/$pv/rawloop /tmp/m/$f.gguf "$f rawloop $pv"
   done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, f16, dual, prologue, tests-sf, peer)"; exit 2 ;;
+lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, f16, dual, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
