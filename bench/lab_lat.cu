@@ -60,11 +60,6 @@ struct lat_args {
     unsigned long long *out;
 };
 
-__device__ __forceinline__ uint64_t gtime() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
 __device__ __forceinline__ uint64_t policy_last() {
     uint64_t p;
     asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
@@ -127,9 +122,9 @@ template <int MODE, int D> __global__ void lat_kernel(lat_args a) {
             uint32_t i = blockIdx.x * a.lines * 32u; /* the block's first line */
             /* warm (the L2 chain's every line), and the stream settles */
             for (uint32_t h = 0; h < (a.lines < 2048 ? a.lines : 2048); h++) i = hop(a.chain + i, pol);
-            const uint64_t t0 = gtime();
+            const uint64_t t0 = rl_gtimer();
             for (int h = 0; h < a.hops; h++) i = hop(a.chain + i, pol);
-            const uint64_t t1 = gtime();
+            const uint64_t t1 = rl_gtimer();
             out[0] = t1 - t0;
             out[2] = i;
             stop = 1;
@@ -265,9 +260,8 @@ int main(int argc, char **argv) {
     uint8_t *w;
     CKL(cudaMalloc(&w, w_bytes));
     CKL(cudaMemset(w, 1, w_bytes));
-    const uint32_t lines_l2 = 128, lines_dram = 32768;
+    const uint32_t lines[2] = {128, 32768}; /* per SM: 16 KB (L2), 4 MB (DRAM) */
     uint32_t *chain[2];
-    const uint32_t lines[2] = {lines_l2, lines_dram};
     for (int c = 0; c < 2; c++) {
         std::vector<uint32_t> h = make_chain(n_sm, lines[c], 12345 + c);
         CKL(cudaMalloc(&chain[c], h.size() * 4));
@@ -285,7 +279,7 @@ int main(int argc, char **argv) {
     if (bulk_ok)
         for (int d : {1, 2, 3}) cfgs.push_back({M_BULK, 15, d, 4096});
     printf("lab_lat: %s, %d SMs, %d hops, %d reps; chains %u and %u lines per SM\n", p.name, n_sm, hops, reps,
-           lines_l2, lines_dram);
+           lines[0], lines[1]);
     printf("%-10s %3s %2s %6s | %12s %12s | %8s | %12s %14s | %12s\n", "streaming", "sw", "D", "stage",
            "KB/SM flight", "MB flight", "GB/s", "L2 ns/hop", "FIFO model ns", "DRAM ns/hop");
     double idle_l2 = 0;

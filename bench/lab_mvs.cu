@@ -222,8 +222,7 @@ template <int T, int DS, int PRE = DS - 1, bool STAGE = true, bool XB = false>
 __global__ void __launch_bounds__(512) trace_kernel(const __grid_constant__ rl_mv_args a, long long *tr, int on) {
     extern __shared__ __align__(16) float xs[];
     __shared__ double red[32];
-    unsigned long long g0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
+    const unsigned long long g0 = rl_gtimer();
     const long long c0 = clock64();
     rl_pdl_trigger();
     const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
@@ -244,8 +243,7 @@ __global__ void __launch_bounds__(512) trace_kernel(const __grid_constant__ rl_m
         w.template run<true, STAGE>(xs, red, t ? t + 3 : nullptr, lab_hook<W>{{}, &w, DS - 1 - PRE});
     }
     if (t && lane == 0) {
-        unsigned long long g1;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
+        const unsigned long long g1 = rl_gtimer();
         t[0] = (long long)g0;
         t[1] = c0;
         t[2] = c1;
@@ -407,7 +405,7 @@ int main(int argc, char **argv) {
                     if (variant >= 3 && rows != 4096 && rows != 12288 && rows != 65536) continue;
                     double us = time_graph(st, K, reps, [&](int i) {
                         const rl_mv_args a = chain_args(ms, i, x, y, n, rows, norm ? nw : NULL);
-                        if (rl_mvs_launch(&a, &kn, n_sm, st) != 1 || rl_mvb_applies(&a, &kn) != (kn.mvb != 0)) {
+                        if (rl_mvs_launch(&a, &kn, n_sm, st, NULL) != 1 || rl_mvb_applies(&a, &kn) != (kn.mvb != 0)) {
                             fprintf(stderr, "lab_mvs: the streamed matvec did not launch as asked (bulk %d)\n", kn.mvb);
                             exit(1);
                         }
@@ -526,7 +524,7 @@ int main(int argc, char **argv) {
                     kn.mvb_slots = 8;
                     double us = time_graph(st, K, reps, [&](int i) {
                         const rl_mv_args a = chain_args(ms, i, x, y, 4096, rows, nw);
-                        if (rl_mvs_launch(&a, &kn, n_sm, st) != 1 || rl_mvb_applies(&a, &kn) != (bulk != 0)) {
+                        if (rl_mvs_launch(&a, &kn, n_sm, st, NULL) != 1 || rl_mvb_applies(&a, &kn) != (bulk != 0)) {
                             fprintf(stderr, "lab_mvs: the streamed matvec did not launch as asked (bulk %d)\n", bulk);
                             exit(1);
                         }

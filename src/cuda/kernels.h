@@ -183,8 +183,9 @@ int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStre
 bool rl_mv_planes_aligned(const rl_mv_args *a, size_t s_to, bool s_needed);
 /* The streamed matvec (mvs.cu): launches it when it applies (one token, a plane type, aligned
  * planes, n a multiple of 64, the knob on): 1, or 0 when it does not apply, -1 on a launch
- * error. rl_mvs_prepare raises its kernels' shared-memory limit to the device's (at open). */
-int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st);
+ * error; a launch is added to *n (streamed, and bulked when by bulk copies) where n is not
+ * NULL. rl_mvs_prepare raises its kernels' shared-memory limit to the device's (at open). */
+int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st, rl_mv_count *n);
 bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* Warps per block the streamed launch of a uses (0: it would not stream). A chunk stages its
  * columns with the decode kernel's block size, streamed or not: the norm's sum depends on it. */

@@ -426,11 +426,7 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
     bool q8 = a->fast && rl_mv_q8(type), lut = k->rq2_lut != 0;
     int ns = a->ns > 1 ? a->ns : 1, warps = k->mv_warps, launches = 1;
     if (ns != 1 && ns != 4 && ns != 8 && ns != 16) return -1;
-    const int streamed = rl_mvs_launch(a, k, n_sm, st);
-    if (streamed > 0 && n) {
-        n->streamed += (size_t)streamed;
-        n->bulked += rl_mvb_applies(a, k) ? (size_t)streamed : 0;
-    }
+    const int streamed = rl_mvs_launch(a, k, n_sm, st, n);
     if (streamed) return streamed;
     mv_fn f = mv_kernel_for(type, glu, q8, lut, ns);
     warps = mv_block_warps(mv_kernel_for(type, glu, q8, lut, 1), warps, rl_mv_smem(a->n, q8), k);

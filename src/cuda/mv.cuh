@@ -34,6 +34,12 @@ __device__ __forceinline__ void cp16z(uint32_t dst, const void *src, int bytes) 
 __device__ __forceinline__ void cp4(uint32_t dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
 }
+/* %globaltimer (ns, the same clock on every SM): the traces of persist.cu and the kernel lab */
+__device__ __forceinline__ unsigned long long rl_gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");

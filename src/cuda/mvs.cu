@@ -216,7 +216,7 @@ bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     return mvb_plan(a, k, rl_mvs_warps(a, k), &f, &smem, &g) > 0;
 }
 
-int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st) {
+int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st, rl_mv_count *n) {
     mvs_fn f;
     size_t smem;
     const int nw = mvs_plan(a, k, &f, &smem);
@@ -232,6 +232,10 @@ int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStr
         occ = 1;
     if (occ > k->mv_blocks_per_sm) occ = k->mv_blocks_per_sm;
     const int items = mv_items(*a, a->mode == RL_MV_GLU);
+    if (n) {
+        n->streamed++;
+        n->bulked += bulk;
+    }
     /* PDL (knob 1 or 2): the first stages are copied while the previous kernel runs */
     if (bulk) { /* one wave of blocks, each a contiguous run of items */
         g.ipb = (items + occ * n_sm - 1) / (occ * n_sm);

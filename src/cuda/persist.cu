@@ -48,12 +48,6 @@ __device__ __forceinline__ void red_release(unsigned long long *p) {
     asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(p) : "memory");
 }
 
-__device__ __forceinline__ unsigned long long gtimer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 struct pk_bar {
     unsigned long long *c, base;
     unsigned long long *tr; /* [2 NB + 2][gridDim.x] or NULL */
@@ -69,24 +63,24 @@ struct pk_bar {
             /* the argument above, checked: anything else touching the counter (or a launch
              * that stopped midway) would otherwise be a silent race */
             if (c0 - base >= gridDim.x) __trap();
-            if (tr) tr[blockIdx.x] = gtimer();
+            if (tr) tr[blockIdx.x] = rl_gtimer();
         }
     }
     __device__ __forceinline__ void sync() {
         __syncthreads();
         if (threadIdx.x == 0) {
             const unsigned long long target = base + (unsigned long long)(k + 1) * gridDim.x;
-            if (tr) tr[(size_t)(2 * k + 1) * gridDim.x + blockIdx.x] = gtimer();
+            if (tr) tr[(size_t)(2 * k + 1) * gridDim.x + blockIdx.x] = rl_gtimer();
             red_release(c);
             while (ld_acquire(c) < target) {
             }
-            if (tr) tr[(size_t)(2 * k + 2) * gridDim.x + blockIdx.x] = gtimer();
+            if (tr) tr[(size_t)(2 * k + 2) * gridDim.x + blockIdx.x] = rl_gtimer();
         }
         k++;
         __syncthreads();
     }
     __device__ __forceinline__ void end() {
-        if (threadIdx.x == 0 && tr) tr[(size_t)(2 * k + 1) * gridDim.x + blockIdx.x] = gtimer();
+        if (threadIdx.x == 0 && tr) tr[(size_t)(2 * k + 1) * gridDim.x + blockIdx.x] = rl_gtimer();
     }
 };
 
