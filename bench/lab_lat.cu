@@ -145,7 +145,10 @@ template <int MODE, int D> __global__ void lat_kernel(lat_args a) {
         const uint32_t r0 = rl_smem_addr(ring + (size_t)(warp - 1) * D * a.stage);
         for (int s = 0; !stop; s++) {
             const uint32_t dst = r0 + (uint32_t)((s % D) * a.stage);
-            for (int u = 0; u < a.stage; u += 512) cp16_first(dst + u + 16 * lane, base + off + u + 16 * lane, pol);
+            /* per lane, so that ptxas keeps the offset in a vector register: with it uniform,
+             * CUDA 13.0's ptxas emitted an LDGSTS [R+UR] whose policy operand read a register
+             * just overwritten, and the launch died with an illegal instruction (session 30) */
+            for (int u = 16 * lane; u < a.stage; u += 512) cp16_first(dst + u, base + off + u, pol);
             cp_commit();
             bytes += (unsigned)a.stage;
             off = off + 2 * (size_t)a.stage <= share ? off + a.stage : 0;

@@ -4,28 +4,25 @@
 # with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
-# epilogue flushes), each into its own build-dev/VARIANT.tar.xz; f16p, f16p4, f16u2, f16m2 (the
-# F16 register kernel's variants, f16-pipe.patch) into build-dev/f16.tar.xz; dual (qkv-dual.patch)
-# into build-dev/dual.tar.xz.
+# epilogue flushes), each into its own build-dev/VARIANT.tar.xz. (qkv-dual.patch and
+# f16-pipe.patch landed in session 30: the f16* and dual variants are gone, run.sh dual times
+# main's RL_CUDA_MVS2.)
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'
 out=/tmp/rl-exp-bins
 # variants to build (default all); a variant named here is rebuilt, the others are kept from
 # an earlier run of this script
-todo=${*:-main sf exp lean}  # lsf, lean1, leanG, f16*, dual: only when named
+todo=${*:-main sf exp lean}  # lsf, lean1, leanG: only when named
 mkdir -p "$out" build-dev
 for v in $todo; do
     src=/tmp/rl-exp-$v
-    rm -rf "$src" && mkdir -p "$src" && git archive HEAD | tar x -C "$src"
+    # exp-prologue.patch and lean-loop.patch (closed experiments) apply to c207744, the tree
+    # before qkv-dual and f16-pipe landed; main and scale-free.patch to HEAD
+    case $v in exp|lean|lsf|lean1|leanG) rev=c207744 ;; *) rev=HEAD ;; esac
+    rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
-        f16*) patch=f16-pipe.patch ;; dual) patch=qkv-dual.patch ;; *) patch= ;; esac
-    # the F16 register kernel's variants (f16-pipe.patch's macros): its next units loaded
-    # before the current dots (f16p: 16 warps per SM; f16p4: 32, spilling), two units in flight
-    # (f16u2), main's loop at 16 warps per SM (f16m2)
-    case $v in f16p) def='-DRL_MV_PIPE=1 -DRL_MV_F16_MINB=2' ;; f16p4) def='-DRL_MV_PIPE=1' ;;
-        f16u2) def='-DRL_MV_F16_U=2 -DRL_MV_F16_MINB=2' ;; f16m2) def='-DRL_MV_F16_MINB=2' ;; *) def= ;; esac
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; *) patch= ;; esac
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
     # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only
     # (leanG), instead of every 16 (PERF.md v2.25 section 3)
@@ -35,7 +32,7 @@ for v in $todo; do
     bins="build-h200/rawloop build-h200/test_cuda"
     case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
-    make -C "$src" BUILD=build-h200 NVFLAGS="$NV $def" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
+    make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }
     mkdir -p "$out/$v" && (cd "$src" && cp $bins "$out/$v/") && strip "$out/$v"/*
     echo "$v: built"
@@ -43,13 +40,7 @@ done
 # archives of what this run built only (an earlier run's leftovers in $out are not re-packed)
 built() { for b in "$@"; do case " $todo " in *" $b "*) return 0 ;; esac; done; return 1; }
 ! built main sf exp lean || tar cJf build-dev/bins.tar.xz -C "$out" main sf exp lean
-# lean + scale-free, lean's flush variants and the two-type QKV apart, so that run.sh finds
-# them only where they were built
-for v in lsf lean1 leanG dual; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
-# the F16 variants in one archive, rawloop only but f16p's test_cuda, beside main's rawloop as
-# f16base, so that run.sh f16 needs only this file carried
-f16=$(for v in f16p f16p4 f16u2 f16m2; do ! built $v || echo $v; done | tr '\n' ' ')
-[ -z "$f16" ] || { for v in $f16; do [ $v = f16p ] || rm -f "$out/$v/test_cuda"; done
-    mkdir -p "$out/f16base" && cp "$out/main/rawloop" "$out/f16base/"
-    tar cJf build-dev/f16.tar.xz -C "$out" f16base $f16; }
+# lean + scale-free and lean's flush variants apart, so that run.sh finds them only where they
+# were built
+for v in lsf lean1 leanG; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
 ls -la build-dev/*.tar.xz

@@ -17,14 +17,10 @@
 #   bash bench/exp/run.sh flush        tg128 main / lean / lean1 / leanG alternated (TinyLlama and
 #                                      7B Q4_0, 7B RQ2, 7B Q4_K_M, two rounds), then bench
 #                                      --profile of 7B Q4_0 for main and lean1
-#   bash bench/exp/run.sh f16          the F16 register kernel's variants (f16-pipe.patch) against
-#                                      main on TinyLlama / 7B / 8B F16: logits byte for byte,
-#                                      tg128 alternated, profile, test_cuda (carry only
-#                                      build-dev/f16.tar.xz and .dev/cuda)
-#   bash bench/exp/run.sh dual         qkv-dual.patch (build.sh dual): one launch for a mixed-type
-#                                      QKV against two (its knob), TinyLlama / 7B / 8B Q4_K_M
-#                                      (DUAL=... other files of models()): bits, launches, tg128,
-#                                      profile. tests-dual: run_device.sh on that build
+#   bash bench/exp/run.sh dual         main's RL_CUDA_MVS2 (a mixed-type QKV in one launch, landed
+#                                      in session 30) against two launches, TinyLlama / 7B / 8B
+#                                      Q4_K_M (DUAL=... other files of models()): bits,
+#                                      launches, tg128, profile
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -35,23 +31,22 @@
 #                                      MODELS), e.g. in the background of a tests call
 #   bash bench/exp/run.sh peer         rawloop main, llama.cpp's llama-bench, rawloop lean on the
 #                                      same files in the same run (tg128; PEER="tlf16 7bf16 7bq8"
-#                                      picks other files of models(), PEER_VAR=dual the variant
+#                                      picks other files of models(), PEER_VAR=lsf the variant
 #                                      pack-peer.sh packed beside main; carry build-dev-peer
 #                                      from bench/exp/pack-peer.sh and .dev/cuda, not build-dev)
 set -u; cd "$(dirname "$0")/../.."
 MODE=${1:-lean}
 mkdir -p /tmp/m /tmp/b
 if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-peer/peer.tar.xz -C /tmp/b
-elif [ $MODE = f16 ]; then [ -x /tmp/b/f16base/rawloop ] || tar xJf build-dev/f16.tar.xz -C /tmp/b
-elif [ "${MODE#dual}" != "$MODE" ] || [ $MODE = tests-dual ]; then [ -x /tmp/b/dual/rawloop ] || tar xJf build-dev/dual.tar.xz -C /tmp/b
 else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
   # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
   # flush variants), where they were built and carried
   for v in lsf lean1 leanG; do
     [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
-M=/tmp/b/main/rawloop; [ $MODE = f16 ] && M=/tmp/b/f16base/rawloop; [ $MODE = dual ] && M=/tmp/b/dual/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
+M=/tmp/b/main/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
-mk() { [ -f /tmp/m/$3 ] || $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3.part -t ${MK_T:-4} > /tmp/m/$3.log 2>&1 && mv /tmp/m/$3.part /tmp/m/$3; }
+mk() { [ -f /tmp/m/$3 ] || { $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3.part -t ${MK_T:-4} > /tmp/m/$3.log 2>&1 &&
+  mv /tmp/m/$3.part /tmp/m/$3; }; }
 # the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8 8bf16 tlq4km 8bq4km 7bq5km) made side by side, those missing
 models() { for f in "$@"; do case $f in
   tl) mk tinyllama-1.1b Q4_0 tl.gguf & ;; 7b) mk llama2-7b Q4_0 7b.gguf & ;; 7brq2) mk llama2-7b RQ2 7brq2.gguf & ;;
@@ -75,7 +70,7 @@ tests-*)
   rm -rf /tmp/bd && mkdir -p /tmp/bd && cp /tmp/b/$v/* /tmp/bd/
   OUT=/tmp/rl-out-$v bash tests/cuda/run_device.sh /tmp/bd "k e r g b"
   cat /tmp/rl-out-$v/summary.txt
-  if [ "${v#lean}" != "$v" ] || [ $v = dual ]; then
+  if [ "${v#lean}" != "$v" ]; then
     RL_CUDA_MV_WARPS=16 /tmp/bd/test_cuda > /tmp/tc16.log 2>&1; echo "test_cuda, 16 warps: $(tail -1 /tmp/tc16.log)"
     RL_CUDA_MV_WARPS=16 RL_CUDA_RQ2_ROUNDS=2 /tmp/bd/test_cuda > /tmp/tc16u.log 2>&1
     echo "test_cuda, 16 warps, RQ2 two rounds: $(tail -1 /tmp/tc16u.log)"
@@ -113,25 +108,8 @@ flush)
   done; done
   for v in main lean1; do [ -x /tmp/b/$v/rawloop ] || continue; echo "== 7b profile, $v"
     /tmp/b/$v/rawloop bench --device cuda -m /tmp/m/7b.gguf -p 0 -n 64 -r 2 --profile 2>&1 | grep "^| [a-z]" | tail -10; done ;;
-f16)
-  # the F16 register kernel's variants (f16-pipe.patch; build.sh f16p f16p4 f16u2 f16m2) against
-  # main: logits byte for byte (decoding, and exact chunks of 16), tg128 alternated, the 7B
-  # profile and f16p's test_cuda. Carry only build-dev/f16.tar.xz and .dev/cuda.
-  models tlf16 7bf16 8bf16
-  VARS=$(cd /tmp/b && ls -d f16p f16p4 f16u2 f16m2 2>/dev/null | tr '\n' ' ')
-  IDS=$(seq 100 139 | tr '\n' ' ')
-  for f in tlf16 7bf16; do for ex in "-b 1" "--prefill exact -b 16"; do
-    $M logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $ex -o /tmp/l-main > /dev/null 2>&1
-    for v in $VARS; do /tmp/b/$v/rawloop logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" $ex -o /tmp/l-$v > /dev/null 2>&1
-      same "main = $v" /tmp/l-main /tmp/l-$v; done; rm -f /tmp/l-*; done; done
-  for r in 1 2; do for f in 7bf16 tlf16 8bf16; do tg $M /tmp/m/$f.gguf "$f main r$r"
-    for v in $VARS; do tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v r$r"; done; done; done
-  for v in main f16p; do b=/tmp/b/$v/rawloop; [ $v = main ] && b=$M; echo "== 7bf16 profile, $v"
-    $b bench --device cuda -m /tmp/m/7bf16.gguf -p 0 -n 64 -r 2 --profile 2>&1 | grep "^| [a-z]" | tail -9; done
-  echo "test_cuda f16p: $(/tmp/b/f16p/test_cuda 2>&1 | tail -1)" ;;
 dual)
-  # qkv-dual.patch: its knob RL_CUDA_MVS2=0 is main's two launches (the same SASS for every
-  # other kernel), so one binary: logits byte for byte (decoding fast and --exact, and exact
+  # RL_CUDA_MVS2=0 is two launches (the same SASS for every other kernel), so one binary: logits byte for byte (decoding fast and --exact, and exact
   # chunks of 16 against decoding), launches per token, tg128 alternated, profiles
   F=${DUAL:-tlq4km 7bq4km 8bq4km}; models $F
   IDS=$(seq 100 139 | tr '\n' ' ')
@@ -167,6 +145,6 @@ peer)
   done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, f16, dual, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

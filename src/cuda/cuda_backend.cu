@@ -170,6 +170,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
         knob("RL_CUDA_RQ2_LUT", 0, 0, 1, &k->rq2_lut, e) || /* RQ2 decoder: docs/CUDA.md */
         knob("RL_CUDA_MVS", -1, 0, 2, &k->mvs, e) || /* streamed matvec (mvs.cu); unset: mvs_for */
+        knob("RL_CUDA_MVS2", 1, 0, 1, &k->mvs2, e) || /* a mixed-type QKV in one streamed launch (mvs.cu) */
         knob("RL_CUDA_MVB", 0, 0, 1, &k->mvb, e) || /* bulk copies into the streamed matvec (mvs.cuh) */
         knob("RL_CUDA_MVB_PAGE", 8, 1, 64, &k->mvb_page, e) ||
         knob("RL_CUDA_MVB_SLOTS", 64, 2, 64, &k->mvb_slots, e) ||
@@ -1146,10 +1147,12 @@ extern "C" int32_t rl_cuda_last_argmax(void *impl) { return *((rl_cuda *)impl)->
 
 /* ---- test hooks ----------------------------------------------------------------------------- */
 
-/* One launch of ns columns (1: decoding's kernels) for the two test hooks below. */
+/* One launch of ns columns (1: decoding's kernels) for the test hooks below; m2 (or NULL): a
+ * second matrix, of another type, as a second store segment after the first (y: its rows
+ * follow), and *launches the kernels that took. */
 static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes, const float *x,
                        const float *norm_w, float eps, int mode, bool fast, size_t ns, float *y, int *kernel,
-                       rl_err *e) {
+                       const rl_matrix *m2, int *launches, rl_err *e) {
     rl_cuda c;
     memset(&c, 0, sizeof c);
     if (read_knobs(&c.knobs, e)) return -1;
@@ -1160,14 +1163,15 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
     CK(cudaGetDeviceProperties(&p, 0));
     if (p.major < 9) c.knobs.mvb = 0;
     rl_matrix mat = {type, w, rows, cols, row_bytes};
-    rl_dmat d, d2;
-    const size_t out_rows = mode == RL_MV_GLU ? rows / 2 : rows, xb = align256(ns * cols * 4),
+    rl_dmat d, d2, d3;
+    const size_t out_rows = (mode == RL_MV_GLU ? rows / 2 : rows) + (m2 ? m2->rows : 0), xb = align256(ns * cols * 4),
                  yb = align256(ns * out_rows * 4), sb = ns > 1 ? align256(rl_mv_scratch_bytes((int)cols, (int)ns)) : 0;
-    if (put_mat(&c, &mat, &d, "test matrix", e)) return -1;
+    if (put_mat(&c, &mat, &d, "test matrix", e) || (m2 && put_mat(&c, m2, &d3, "second test matrix", e))) return -1;
     c.wbytes = c.woff;
     if (dev_alloc((void **)&c.warena, c.wbytes + xb + align256(cols * 4) + yb + sb + 256, "test", e)) return -1;
     c.woff = 0;
     int rc = put_mat(&c, &mat, &d, "test matrix", e);
+    if (!rc && m2) rc = put_mat(&c, m2, &d3, "second test matrix", e);
     float *dx = (float *)(c.warena + c.wbytes), *dn = (float *)((char *)dx + xb);
     float *dy = (float *)((char *)dn + align256(cols * 4));
     void *scratch = ns > 1 ? (char *)dy + yb : NULL;
@@ -1191,6 +1195,11 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
             a.seg[1].w = d2;
             a.nseg = 2;
         }
+        if (m2 && mode == RL_MV_STORE) {
+            a.seg[1].w = d3;
+            a.seg[1].y = dy + rows;
+            a.nseg = 2;
+        }
         a.mode = mode;
         a.x = dx;
         a.norm_w = norm_w ? dn : NULL;
@@ -1201,9 +1210,11 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
         a.ys = (int)out_rows;
         a.scratch = scratch;
         if (kernel) *kernel = rl_mvs_warps(&a, &c.knobs) > 0 ? 1 + rl_mvb_applies(&a, &c.knobs) : 0;
-        if (rl_mv_prepare((int)cols) || rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0, NULL) < 0 ||
+        int n = -1;
+        if (rl_mv_prepare((int)cols) || (n = rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0, NULL)) < 0 ||
             cudaDeviceSynchronize() || cudaMemcpy(y, dy, ns * out_rows * 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));
+        if (launches) *launches = n;
     }
     cudaFree(c.warena);
     return rc;
@@ -1212,14 +1223,21 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
 extern "C" int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols,
                                    size_t row_bytes, const float *x, const float *norm_w, float eps,
                                    int mode, bool fast, float *y, int *kernel, rl_err *e) {
-    return test_matvec(type, w, rows, cols, row_bytes, x, norm_w, eps, mode, fast, 1, y, kernel, e);
+    return test_matvec(type, w, rows, cols, row_bytes, x, norm_w, eps, mode, fast, 1, y, kernel, NULL, NULL, e);
+}
+
+extern "C" int rl_cuda_test_matvec_pair(uint32_t type, const void *w, size_t rows, size_t row_bytes, uint32_t type2,
+                                        const void *w2, size_t rows2, size_t row_bytes2, size_t cols, const float *x,
+                                        const float *norm_w, float eps, bool fast, float *y, int *launches, rl_err *e) {
+    const rl_matrix m2 = {type2, w2, rows2, cols, row_bytes2};
+    return test_matvec(type, w, rows, cols, row_bytes, x, norm_w, eps, RL_MV_STORE, fast, 1, y, NULL, &m2, launches, e);
 }
 
 extern "C" int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,
                                          const float *x, const float *norm_w, float eps, int mode, bool fast,
                                          size_t ns, float *y, rl_err *e) {
     if (ns != 4 && ns != 8 && ns != 16) return rl_fail(e, "chunk test: %zu columns (4, 8 or 16)", ns);
-    return test_matvec(type, w, rows, cols, row_bytes, x, norm_w, eps, mode, fast, ns, y, NULL, e);
+    return test_matvec(type, w, rows, cols, row_bytes, x, norm_w, eps, mode, fast, ns, y, NULL, NULL, NULL, e);
 }
 
 extern "C" bool rl_cuda_has_q8(uint32_t type) { return rl_mv_q8(type); }

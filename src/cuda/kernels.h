@@ -151,6 +151,9 @@ struct rl_cuda_knobs {
                             (RL_CUDA_MVS): 0 never (mv_kernel), 1 Q4_0/Q8_0/FP8/RQ2/RQ4/F16/BF16,
                             2 Q4_0/Q8_0/FP8/RQ2/RQ4 (RQ2: the shift decoder only);
                             unset: by shape (cuda_backend.cu mvs_for) */
+    int mvs2;            /* a QKV whose V has another type than Q and K (Q4_K_M, Q5_K_M: Q6_K in
+                            half the layers) streamed in one launch, not two (RL_CUDA_MVS2: 1
+                            default, 0 two launches); the same bits */
     int mvb;             /* the streamed matvec's weights arrive by bulk copies (RL_CUDA_MVB: 0
                             cp.async per lane, the default; 1 pages of whole items moved by a
                             producer warp with cp.async.bulk, mvs.cuh mvb_block, on sm_90 for
@@ -187,6 +190,12 @@ bool rl_mv_planes_aligned(const rl_mv_args *a, size_t s_to, bool s_needed);
  * NULL. rl_mvs_prepare raises its kernels' shared-memory limit to the device's (at open). */
 int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st, rl_mv_count *n);
 bool rl_mvs_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
+/* Two streamed matvecs of different types on the same input (not GLU) in one launch (knob
+ * RL_CUDA_MVS2; the pairs mvs.cu takes: Q4_K or Q5_K, then Q6_K): 1, or 0 when it does not
+ * apply (the caller launches them apart), -1 on a launch error; counted in *n as one
+ * streamed launch where n is not NULL. */
+int rl_mvs_launch2(const rl_mv_args *a1, const rl_mv_args *a2, const rl_cuda_knobs *k, int n_sm, cudaStream_t st,
+                   rl_mv_count *n);
 /* Warps per block the streamed launch of a uses (0: it would not stream). A chunk stages its
  * columns with the decode kernel's block size, streamed or not: the norm's sum depends on it. */
 int rl_mvs_warps(const rl_mv_args *a, const rl_cuda_knobs *k);

@@ -224,6 +224,9 @@ template <int T, bool GLU, bool Q8, bool LUT, int NS>
 __global__ void __launch_bounds__(NS == 1 ? 512 : 256) __maxnreg__(NS == 1 ? mv_tr<T>::REGS : 255)
 mv_kernel(const rl_mv_args a) {
     constexpr int U = mv_tr<T>::U;
+    /* decoding's F16 / BF16 rows issue their next units' loads before the current dots (below);
+     * H200, tg128, docs/PERF.md v2.27: 7B F16 +3.1-3.3%, 8B F16 +2.4-2.9% */
+    constexpr bool PIPE = NS == 1 && !Q8 && (T == RL_F16 || T == RL_BF16);
     extern __shared__ float xs[];
     __shared__ double red[32];
     __shared__ uint32_t lut[LUT ? 256 : 1]; /* RQ2's table decoder */
@@ -259,6 +262,43 @@ mv_kernel(const rl_mv_args a) {
     }
 
     const int pos = a.io ? a.io->pos : 0;
+    if constexpr (PIPE) {
+        /* the next units' loads (this item's next U, or the next item's first U) are issued
+         * before the current units' dots, so a lane always has a round in flight; the same
+         * units in the same order, so the same sums */
+        raw_chunk<T> rn[U][2];
+        for (; p < items; p += G) {
+            const mv_task t = mv_resolve(a, p, GLU);
+            float acc[2] = {0.0f, 0.0f};
+            for (int j0 = 0; j0 < J; j0 += U) {
+                const bool last = j0 + U >= J;
+                const int pn = last ? p + G : p;
+                if (pn < items) {
+                    const mv_task tn = last ? mv_resolve(a, pn, GLU) : t;
+                    const int jn = last ? 0 : j0 + U;
+#pragma unroll
+                    for (int u = 0; u < U; u++) {
+                        const int c = lane + 32 * (jn + u);
+                        if (c < nu) {
+                            ld_chunk<T>(rn[u][0], tn.w[0], tn.s[0], c);
+                            ld_chunk<T>(rn[u][1], tn.w[1], tn.s[1], c);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    const int c = lane + 32 * (j0 + u);
+                    if (c < nu) dot2<T>(rw[u], xs + c * 36, acc, t.w, t.s, c);
+                }
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    rw[u][0] = rn[u][0];
+                    rw[u][1] = rn[u][1];
+                }
+            }
+            mv_finish<GLU>(a, t, p, acc, pos, 0);
+        }
+    } else
     for (; p < items; p += G) {
         mv_task t = mv_resolve(a, p, GLU);
         float acc[NS][2];
@@ -464,13 +504,23 @@ int rl_mv_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStre
         return lg < 0 || lu < 0 ? -1 : lg + lu;
     }
     /* one launch per run of segments of one type (Q4_K_M's Q and K beside a Q6_K V: two
-     * launches, not three; each launch has a fixed cost of several microseconds) */
+     * launches, not three; each launch has a fixed cost of several microseconds), or one for
+     * two runs where both stream (rl_mvs_launch2) */
+    rl_mv_args run[3]; /* at most one run per segment (rl_mv_args seg) */
+    int nrun = 0;
     for (int i = 0, j; i < a->nseg; i = j) {
         for (j = i + 1; j < a->nseg && a->seg[j].w.type == a->seg[i].w.type;) j++;
-        rl_mv_args s1 = *a;
-        for (int g = i; g < j; g++) s1.seg[g - i] = a->seg[g];
-        s1.nseg = j - i;
-        int l1 = mv_launch1(&s1, k, n_sm, st, cnt);
+        rl_mv_args *r = &run[nrun++];
+        *r = *a;
+        for (int g = i; g < j; g++) r->seg[g - i] = a->seg[g];
+        r->nseg = j - i;
+    }
+    if (nrun == 2) { /* rl_mvs_launch2 takes decoding's one column only (rl_mvs_applies) */
+        const int l2 = rl_mvs_launch2(&run[0], &run[1], k, n_sm, st, cnt);
+        if (l2) return l2;
+    }
+    for (int i = 0; i < nrun; i++) {
+        int l1 = mv_launch1(&run[i], k, n_sm, st, cnt);
         if (l1 < 0) return -1;
         n += l1;
     }

@@ -123,13 +123,15 @@ __device__ __forceinline__ float chunk_dot(const uint8_t *w, const uint8_t *s, i
 /* Per type: CW values per lane unit (a "chunk" of the loops below: 32, except RQ2's whole
  * 64-value block), NV 16-byte loads per unit (0: the K-quants, which load inside chunk_dot),
  * and U units per lane loaded before any is used. A warp works on two rows at once, so a lane
- * has 2 * U * NV loads in flight (Q4_0 4 + 4 scale loads, Q8_0 8, F16/BF16 8, F32 16, RQ2
- * 4 + 4 (d, m) loads). */
+ * has 2 * U * NV loads in flight (Q4_0 4 + 4 scale loads, Q8_0 8, F16/BF16 8 and the next
+ * unit's 8 (mv_kernel's PIPE), F32 16, RQ2 4 + 4 (d, m) loads). */
 template <int T> struct mv_tr {
     static constexpr int CW = T == RL_RQ2 || T == RL_RQ4 ? 64 : 32;
     static constexpr int NV = (T == RL_Q4_0 || T == RL_RQ2) ? 1 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ4) ? 2 : (T == RL_F16 || T == RL_BF16) ? 4 : T == RL_F32 ? 8 : 0;
     static constexpr int U = (T == RL_Q4_0 || T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4) ? 2 : 1;
-    static constexpr int MINB = (T == RL_Q4_0 || T == RL_F16 || T == RL_BF16) ? 4 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4) ? 3 : 2;
+    /* F16 / BF16: 2, the registers for mv_kernel's next round of loads in flight beside the
+     * current one (at 4 they spill: 7B F16 -32%, docs/PERF.md v2.27) */
+    static constexpr int MINB = T == RL_Q4_0 ? 4 : (T == RL_Q8_0 || T == RL_FP8 || T == RL_RQ2 || T == RL_RQ4) ? 3 : 2;
     /* registers per thread: MINB blocks of 256 threads resident per SM, whatever the block size
      * (the decode kernel takes blocks of up to 512 threads: __maxnreg__, not launch bounds) */
     static constexpr int REGS = (65536 / (256 * MINB)) & ~7;

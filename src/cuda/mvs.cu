@@ -9,20 +9,40 @@
  * flight are bounded by shared memory, not registers, and the loads run on across items. */
 #include "mvs.cuh"
 
-/* DS: the ring's stages (mvs_tr D, or D16 in blocks of 16 warps) */
+/* Block b of nb working on a: its warps take items b * nw + warp, then every nb * nw-th.
+ * DS: the ring's stages (mvs_tr D, or D16 in blocks of 16 warps) */
+template <int T, bool GLU, bool Q8, int DS>
+__device__ __forceinline__ void mvs_block(const rl_mv_args &a, float *xs, double *red, int b, int nb) {
+    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    mvs_warp<T, GLU, Q8, false, DS> w;
+    w.init(&a, (uint8_t *)xs + mvs_x_bytes(a.n, Q8) + (size_t)warp * DS * mvs_tr<T>::STAGE, b * nw + warp, nb * nw);
+    /* the first stages are weights only: in flight before waiting for the previous kernel */
+    w.prefetch();
+    rl_pdl_wait();
+    w.run(xs, red);
+}
+
 template <int T, bool GLU, bool Q8, int DS>
 __global__ void __launch_bounds__(512) mvs_kernel(const __grid_constant__ rl_mv_args a) {
     extern __shared__ __align__(16) float xs[];
     __shared__ double red[32];
     rl_pdl_trigger();
-    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    mvs_warp<T, GLU, Q8, false, DS> w;
-    w.init(&a, (uint8_t *)xs + mvs_x_bytes(a.n, Q8) + (size_t)warp * DS * mvs_tr<T>::STAGE, blockIdx.x * nw + warp,
-           gridDim.x * nw);
-    /* the first stages are weights only: in flight before waiting for the previous kernel */
-    w.prefetch();
-    rl_pdl_wait();
-    w.run(xs, red);
+    mvs_block<T, GLU, Q8, DS>(a, xs, red, blockIdx.x, gridDim.x);
+}
+
+/* Two matvecs of different types on the same input in one launch (rl_mvs_launch2): blocks
+ * [0, nb1) work on a1 as a launch of nb1 blocks would, the others on a2. Why: Q4_K_M's and
+ * Q5_K_M's QKV has a Q6_K V in half the layers, which was a second launch of its own, and each
+ * launch costs several microseconds beyond its bytes (docs/PERF.md v2.21 section 2). Every
+ * item is a warp's work as in its own launch, so the same sums and the same bits. */
+template <int T1, int T2, bool Q8, int D1, int D2>
+__global__ void __launch_bounds__(512) mvs2_kernel(const __grid_constant__ rl_mv_args a1,
+                                                   const __grid_constant__ rl_mv_args a2, const int nb1) {
+    extern __shared__ __align__(16) float xs[];
+    __shared__ double red[32];
+    rl_pdl_trigger();
+    if ((int)blockIdx.x < nb1) mvs_block<T1, false, Q8, D1>(a1, xs, red, blockIdx.x, nb1);
+    else mvs_block<T2, false, Q8, D2>(a2, xs, red, blockIdx.x - nb1, gridDim.x - nb1);
 }
 
 /* The bulk-page variant (mvs.cuh mvb_block): after the staging area, the slots' full and empty
@@ -52,6 +72,25 @@ template <int T> static mvs_fn mvs_pick(bool glu, bool q8, bool w16) {
     if constexpr (mvs_tr<T>::D16 != mvs_tr<T>::D)
         if (w16) return mvs_pick_d<T, mvs_tr<T>::D16>(glu, q8);
     return mvs_pick_d<T, mvs_tr<T>::D>(glu, q8);
+}
+
+typedef void (*mvs2_fn)(const rl_mv_args, const rl_mv_args, const int);
+
+template <int T1, int T2, bool Q8> static mvs2_fn mvs2_pick_q(bool w16) {
+    if (w16) return mvs2_kernel<T1, T2, Q8, mvs_tr<T1>::D16, mvs_tr<T2>::D16>;
+    return mvs2_kernel<T1, T2, Q8, mvs_tr<T1>::D, mvs_tr<T2>::D>;
+}
+template <int T1, int T2> static mvs2_fn mvs2_pick(bool q8, bool w16) {
+    return q8 ? mvs2_pick_q<T1, T2, true>(w16) : mvs2_pick_q<T1, T2, false>(w16);
+}
+
+/* The pairs of types one QKV launch takes (the first type's segments, then the second's):
+ * llama.cpp's Q4_K_M and Q5_K_M recipes, whose V is Q6_K in half the layers. NULL for others. */
+static mvs2_fn mvs2_kernel_for(uint32_t t1, uint32_t t2, bool q8, bool w16) {
+    if (t2 != RL_Q6_K) return nullptr;
+    if (t1 == RL_Q4_K) return mvs2_pick<RL_Q4_K, RL_Q6_K>(q8, w16);
+    if (t1 == RL_Q5_K) return mvs2_pick<RL_Q5_K, RL_Q6_K>(q8, w16);
+    return nullptr;
 }
 
 /* NULL for a type that is not streamed (callers check mvs_type first); w16: for blocks of 16
@@ -132,6 +171,14 @@ int rl_mvs_prepare(void) {
                               : cudaErrorInvalidValue;
                 }
                 if (err != cudaSuccess) return (int)err;
+                for (int w16 = 0; w16 < 2 && !g; w16++) { /* the two-type QKV kernels whose first type is t */
+                    mvs2_fn f2 = mvs2_kernel_for(t, RL_Q6_K, q, w16);
+                    if (!f2) continue;
+                    lim = mvs_smem_limit(f2);
+                    err = lim ? cudaFuncSetAttribute(f2, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lim)
+                              : cudaErrorInvalidValue;
+                    if (err != cudaSuccess) return (int)err;
+                }
                 mvb_fn fb = mvb_kernel_for(t, g, q);
                 if (fb && (lim = mvs_smem_limit(fb)) &&
                     (err = cudaFuncSetAttribute(fb, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lim)) != cudaSuccess)
@@ -216,6 +263,51 @@ bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     return mvb_plan(a, k, rl_mvs_warps(a, k), &f, &smem, &g) > 0;
 }
 
+/* The grid of a streamed launch of `items` work items in blocks of nw warps, at most cap blocks:
+ * items per warp as even as cap blocks allow (*ipw), then only as many blocks as that needs. */
+static int mvs_blocks(int items, int nw, int cap, int *ipw) {
+    *ipw = (items + cap * nw - 1) / (cap * nw);
+    return (items + *ipw * nw - 1) / (*ipw * nw);
+}
+
+int rl_mvs_launch2(const rl_mv_args *a1, const rl_mv_args *a2, const rl_cuda_knobs *k, int n_sm, cudaStream_t st,
+                   rl_mv_count *n) {
+    if (!k->mvs2 || a1->mode == RL_MV_GLU || a2->mode == RL_MV_GLU || a1->n != a2->n || a1->x != a2->x) return 0;
+    mvs_fn f1, f2;
+    mvb_fn fb;
+    size_t s1, s2, sb;
+    mvb_geom g;
+    const int nw = mvs_plan(a1, k, &f1, &s1);
+    if (!nw || mvs_plan(a2, k, &f2, &s2) != nw || mvb_plan(a1, k, nw, &fb, &sb, &g) || mvb_plan(a2, k, nw, &fb, &sb, &g))
+        return 0;
+    const uint32_t t1 = a1->seg[0].w.type, t2 = a2->seg[0].w.type;
+    const bool q8 = a1->fast && rl_mv_q8(t1);
+    if (q8 != (a2->fast && rl_mv_q8(t2))) return 0;
+    mvs2_fn f = mvs2_kernel_for(t1, t2, q8, nw >= 16);
+    if (!f) return 0;
+    const size_t lim = mvs_smem_limit(f), smem = s1 > s2 ? s1 : s2; /* each already padded (mvs_plan) */
+    if (!lim || smem > lim) return 0;
+    int occ = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, nw * 32, smem) != cudaSuccess || occ < 1) occ = 1;
+    if (occ > k->mv_blocks_per_sm) occ = k->mv_blocks_per_sm;
+    const int i1 = mv_items(*a1, false), i2 = mv_items(*a2, false), cap = occ * n_sm;
+    if (cap < 2) return 0;
+    /* an item's bytes: two rows (both planes) */
+    const size_t ib1 = 2 * (a1->seg[0].w.q_row + a1->seg[0].w.s_row), ib2 = 2 * (a2->seg[0].w.q_row + a2->seg[0].w.s_row);
+    /* the split of the resident blocks whose busiest warp has the fewest bytes */
+    int b1 = 1, ipw1, ipw2;
+    size_t best = SIZE_MAX;
+    for (int b = 1; b < cap; b++) {
+        mvs_blocks(i1, nw, b, &ipw1);
+        mvs_blocks(i2, nw, cap - b, &ipw2);
+        const size_t l1 = (size_t)ipw1 * ib1, l2 = (size_t)ipw2 * ib2, l = l1 > l2 ? l1 : l2;
+        if (l < best) best = l, b1 = b;
+    }
+    const int nb1 = mvs_blocks(i1, nw, b1, &ipw1), nb2 = mvs_blocks(i2, nw, cap - b1, &ipw2);
+    if (n) n->streamed++; /* never bulk */
+    return rl_launch(f, dim3(nb1 + nb2), dim3(nw * 32), smem, st, k->pdl != 0, *a1, *a2, nb1) ? -1 : 1;
+}
+
 int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStream_t st, rl_mv_count *n) {
     mvs_fn f;
     size_t smem;
@@ -241,8 +333,7 @@ int rl_mvs_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cudaStr
         g.ipb = (items + occ * n_sm - 1) / (occ * n_sm);
         return rl_launch(fb, dim3((items + g.ipb - 1) / g.ipb), dim3(nw * 32), smem_b, st, k->pdl != 0, *a, g) ? -1 : 1;
     }
-    /* items per warp as even as the resident warps allow, then only as many blocks as that needs */
-    const int cap = occ * n_sm * nw, ipw = (items + cap - 1) / cap;
-    const int blocks = (items + ipw * nw - 1) / (ipw * nw);
+    int ipw;
+    const int blocks = mvs_blocks(items, nw, occ * n_sm, &ipw);
     return rl_launch(f, dim3(blocks), dim3(nw * 32), smem, st, k->pdl != 0, *a) ? -1 : 1;
 }

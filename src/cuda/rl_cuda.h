@@ -28,6 +28,13 @@ int rl_cuda_test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, 
 int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t rows, size_t cols, size_t row_bytes,
                               const float *x, const float *norm_w, float eps, int mode, bool fast,
                               size_t ns, float *y, rl_err *e);
+/* Two matrices of different types on the same input in one step, as a QKV whose V has another
+ * type (store mode): y gets rows outputs of W, then rows2 of W2; *launches the kernels it took
+ * (one with RL_CUDA_MVS2 where both stream and the pair is one mvs.cu takes, else one per
+ * matrix). */
+int rl_cuda_test_matvec_pair(uint32_t type, const void *w, size_t rows, size_t row_bytes, uint32_t type2,
+                             const void *w2, size_t rows2, size_t row_bytes2, size_t cols, const float *x,
+                             const float *norm_w, float eps, bool fast, float *y, int *launches, rl_err *e);
 /* Whether the type's GPU matvec has the 8-bit-activation path. */
 bool rl_cuda_has_q8(uint32_t type);
 /* The fast prefill's causal attention: n_tok queries at positions pos0.. (q: [n_tok][n_head *

@@ -4,7 +4,7 @@
  * (RL_CUDA_RQ2_LUT=0 and 1), the streamed types (F16, BF16, Q8_0, FP8, Q4_0, RQ4, Q4_K, Q5_K, Q6_K) under
  * both matvec kernels (RL_CUDA_MVS=1 and 0), and the types with a scale plane but the K-quants also
  * with the streamed kernel's bulk pages (RL_CUDA_MVB=1, pages of about 8 KB and of about 1 KB): all of which must
- * agree bit for bit; the argmax's first-max tie
+ * agree bit for bit; a QKV whose V has another type in one launch against each matrix alone; the argmax's first-max tie
  * rule; the fast prefill's attention kernels. Without a device it says so and exits 77 (skipped). */
 #include <math.h>
 #include <stdio.h>
@@ -195,6 +195,54 @@ static void test_chunk(uint32_t type, size_t rows, size_t cols, int mode, int wi
     free(w); free(row); free(x); free(nw); free(init); free(y1); free(yc);
 }
 
+/* A QKV whose V has another type (Q4_K_M's Q4_K beside Q6_K, Q5_K_M's Q5_K beside Q6_K): one
+ * step of both matrices on the same input must give each matrix's rows the bits of its own
+ * launch (test_matvec checks those against the CPU), in one launch where the pair streams
+ * (RL_CUDA_MVS2=1, mvs.cu mvs2_kernel) and in two with the knob off. */
+static void test_pair(uint32_t t1, uint32_t t2, size_t rows1, size_t rows2, size_t cols, int with_norm, bool fast) {
+    const uint32_t ty[2] = {t1, t2};
+    const size_t rows[2] = {rows1, rows2}, rb[2] = {rl_row_bytes(t1, cols), rl_row_bytes(t2, cols)};
+    uint8_t *w[2];
+    float *row = malloc(cols * sizeof(float)), *x = malloc(cols * sizeof(float)), *nw = malloc(cols * sizeof(float));
+    float *y1 = malloc((rows1 + rows2) * sizeof(float)), *yp = malloc((rows1 + rows2) * sizeof(float));
+    for (int m = 0; m < 2; m++) {
+        w[m] = malloc(rows[m] * rb[m]);
+        for (size_t r = 0; r < rows[m]; r++) {
+            for (size_t i = 0; i < cols; i++) row[i] = frand() * 0.5f;
+            rl_quant_row(ty[m], row, w[m] + r * rb[m], cols);
+        }
+    }
+    for (size_t i = 0; i < cols; i++) x[i] = frand() * 3.0f, nw[i] = 0.5f + frand() * 0.25f;
+    const float *nwp = with_norm ? nw : NULL;
+    fast = fast && rl_cuda_has_q8(t1) && rl_cuda_has_q8(t2);
+    rl_err e = {{0}};
+    /* each matrix alone (the streamed kernel, as decoding runs it) */
+    setenv("RL_CUDA_MVS", "1", 1);
+    for (int m = 0; m < 2; m++)
+        CHECK(rl_cuda_test_matvec(ty[m], w[m], rows[m], cols, rb[m], x, nwp, 1e-5f, 0, fast, y1 + (m ? rows1 : 0), NULL, &e) == 0,
+              "%s: %s", rl_type_name(ty[m]), e.msg);
+    const bool streams = cols % 64 == 0;
+    for (int k = 1; k >= 0; k--) {
+        setenv("RL_CUDA_MVS2", k ? "1" : "0", 1);
+        int launches = -1;
+        for (size_t r = 0; r < rows1 + rows2; r++) yp[r] = 12345.0f;
+        CHECK(rl_cuda_test_matvec_pair(t1, w[0], rows1, rb[0], t2, w[1], rows2, rb[1], cols, x, nwp, 1e-5f, fast, yp, &launches, &e) == 0,
+              "%s + %s: %s", rl_type_name(t1), rl_type_name(t2), e.msg);
+        const int want = k && streams ? 1 : 2;
+        CHECK(launches == want, "%s + %s %zu + %zu x %zu, RL_CUDA_MVS2=%d: %d launches, expected %d", rl_type_name(t1),
+              rl_type_name(t2), rows1, rows2, cols, k, launches, want);
+        size_t bad = 0;
+        for (size_t r = 0; r < rows1 + rows2; r++) bad += memcmp(&yp[r], &y1[r], sizeof(float)) != 0;
+        CHECK(bad == 0, "%s + %s %zu + %zu x %zu norm %d %s, RL_CUDA_MVS2=%d: %zu of %zu outputs differ from each matrix's own launch",
+              rl_type_name(t1), rl_type_name(t2), rows1, rows2, cols, with_norm, fast ? "q8" : "f32", k, bad, rows1 + rows2);
+    }
+    unsetenv("RL_CUDA_MVS2");
+    unsetenv("RL_CUDA_MVS");
+    printf("  pair   %-4s + %-4s %5zu + %-5zu x %-5zu norm %d %s: one launch = two = each alone\n", rl_type_name(t1),
+           rl_type_name(t2), rows1, rows2, cols, with_norm, fast ? "q8 " : "f32");
+    free(w[0]); free(w[1]); free(row); free(x); free(nw); free(y1); free(yp);
+}
+
 static void test_argmax(void) {
     size_t n = 32000;
     float *v = malloc(n * sizeof(float));
@@ -295,6 +343,14 @@ int main(void) {
         for (size_t s = 0; s < sizeof cshapes / sizeof *cshapes; s++)
             for (int fast = 0; fast < 1 + rl_cuda_has_q8(types[t]); fast++)
                 test_chunk(types[t], cshapes[s][0], cshapes[s][1], (int)cshapes[s][2], (int)cshapes[s][3], fast);
+    /* mixed-type QKV pairs: a GQA shape (Q + K 4096 + 1024 beside V 1024 rows), odd items, TinyLlama's
+     * input width, and more items than resident warps */
+    const size_t pshapes[][3] = {{5120, 1024, 4096}, {130, 66, 512}, {2304, 256, 2048}, {8192, 4096, 4096}};
+    const uint32_t firsts[] = {RL_Q4_K, RL_Q5_K};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t s = 0; s < sizeof pshapes / sizeof *pshapes; s++)
+            for (int fast = 0; fast < 2; fast++)
+                test_pair(firsts[t], RL_Q6_K, pshapes[s][0], pshapes[s][1], pshapes[s][2], (int)(s % 2 == 0), fast);
     test_argmax();
     test_prefill_attention();
     return check_report("test_cuda");
