@@ -21,6 +21,10 @@
 #                                      in session 30) against two launches, TinyLlama / 7B / 8B
 #                                      Q4_K_M (DUAL=... other files of models()): bits,
 #                                      launches, tg128, profile
+#   bash bench/exp/run.sh chunks       exact chunks against one token at a time (issue 4's S=16 >=
+#                                      8x S=1, last measured in v2.12): pp512 in exact chunks of 16
+#                                      and pp128 with -b 1 (v2.12's commands), two rounds, on
+#                                      CHUNKS="tl 7b 8b 7bq8" by default
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -143,8 +147,16 @@ peer)
     python3 -c "import json;d=[r for r in json.load(open('/tmp/lb.json')) if r['n_gen']>0][0];print('%-36s %8.1f %5.1f'%('$f llama.cpp',d['avg_ts'],d['stddev_ts']))" || echo "$f llama.cpp FAILED"
     pv=${PEER_VAR:-lean}; tg /tmp/b/$pv/rawloop /tmp/m/$f.gguf "$f rawloop $pv"
   done ;;
+chunks)
+  F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
+  pp() { $M bench --device cuda --prefill exact $1 -m /tmp/m/$2.gguf -p $3 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
+    python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
+  for r in 1 2; do for f in $F; do
+    set -- $(pp "-b 1" $f 128) $(pp "" $f 512)
+    python3 -c "print('%-8s r$r  S=1 %8.1f ± %5.1f   S=16 %9.1f ± %6.1f   %5.2fx'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0))"
+  done; done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
