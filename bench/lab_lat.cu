@@ -30,7 +30,13 @@
  * and over the GPU, the streamed bandwidth, the latency per hop of both chains, and what a
  * first-in-first-out queue would predict for the L2 chain: the idle latency plus the bytes in
  * flight over the GPU divided by the bandwidth. Medians over `reps` launches (blocks: median
- * of the per-block latencies). */
+ * of the per-block latencies).
+ *
+ * A third measure, for the dataflow schedule docs/PERF.md leaves to build: warp 0's lane 0
+ * crosses grid barriers instead (fence, one atomic add on a counter, spin on an acquire load
+ * until every block has added; all blocks resident, one per SM), the ns per barrier under the
+ * same streaming. v2.22's attention fold paid 2.5-3.1 µs a layer for its counts and waits; this
+ * says whether such a signal costs that much by itself while the SM streams. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -54,7 +60,8 @@ static const char *mode_name[] = {"idle", "cp.async", "ld.global", "bulk"};
 struct lat_args {
     const uint8_t *w;      /* streamed pool */
     size_t w_bytes;
-    const uint32_t *chain; /* chain[i]: index of the next hop's word */
+    const uint32_t *chain; /* chain[i]: index of the next hop's word; NULL: grid barriers */
+    unsigned *ctr;         /* the barriers' counter (zero at launch) */
     uint32_t lines;        /* lines per block in the chain */
     int hops, sw, stage;   /* hops timed; streaming warps; bytes per warp stage */
     unsigned long long *out;
@@ -96,6 +103,20 @@ __device__ __forceinline__ void bulk_first(uint32_t dst, const void *src, uint32
 #endif
 }
 
+/* One grid barrier: this block's arrival after a fence, then a spin until `target` arrivals
+ * (every block resident: one per SM, the grid n_sm). Bounded, as mb_wait: false after ~2^26
+ * tries (a block that never ran would otherwise hang the device run). */
+__device__ __forceinline__ bool grid_bar(unsigned *ctr, unsigned target) {
+    __threadfence();
+    atomicAdd(ctr, 1u);
+    for (int it = 0; it < (1 << 26); it++) {
+        unsigned v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+        if (v >= target) return true;
+    }
+    return false;
+}
+
 /* A bounded wait for a copy (a bug here would hang the device run): false, and out[3] set,
  * after ~2^24 tries. */
 __device__ __forceinline__ bool mb_wait(uint32_t bar, uint32_t parity, unsigned long long *out) {
@@ -117,7 +138,17 @@ template <int MODE, int D> __global__ void lat_kernel(lat_args a) {
     __syncthreads();
     unsigned long long *out = a.out + (size_t)blockIdx.x * OUTW;
     if (warp == 0) {
-        if (lane == 0) {
+        if (lane == 0 && !a.chain) {
+            const unsigned n = gridDim.x, warm = 16;
+            bool ok = true;
+            for (unsigned h = 1; h <= warm && ok; h++) ok = grid_bar(a.ctr, h * n);
+            const uint64_t t0 = rl_gtimer();
+            for (unsigned h = 1; h <= (unsigned)a.hops && ok; h++) ok = grid_bar(a.ctr, (warm + h) * n);
+            const uint64_t t1 = rl_gtimer();
+            out[0] = t1 - t0;
+            if (!ok) out[3] = 2;
+            stop = 1;
+        } else if (lane == 0) {
             const uint64_t pol = policy_last();
             uint32_t i = blockIdx.x * a.lines * 32u; /* the block's first line */
             /* warm (the L2 chain's every line), and the stream settles */
@@ -283,8 +314,10 @@ int main(int argc, char **argv) {
         for (int d : {1, 2, 3}) cfgs.push_back({M_BULK, 15, d, 4096});
     printf("lab_lat: %s, %d SMs, %d hops, %d reps; chains %u and %u lines per SM\n", p.name, n_sm, hops, reps,
            lines[0], lines[1]);
-    printf("%-10s %3s %2s %6s | %12s %12s | %8s | %12s %14s | %12s\n", "streaming", "sw", "D", "stage",
-           "KB/SM flight", "MB flight", "GB/s", "L2 ns/hop", "FIFO model ns", "DRAM ns/hop");
+    printf("%-10s %3s %2s %6s | %12s %12s | %8s | %12s %14s | %12s | %10s\n", "streaming", "sw", "D", "stage",
+           "KB/SM flight", "MB flight", "GB/s", "L2 ns/hop", "FIFO model ns", "DRAM ns/hop", "barrier ns");
+    unsigned *ctr;
+    CKL(cudaMalloc(&ctr, sizeof *ctr));
     double idle_l2 = 0;
     for (const cfg &c : cfgs) {
         lat_fn f = kernel_for(c.mode, c.d);
@@ -297,12 +330,13 @@ int main(int argc, char **argv) {
         CKL(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         /* bytes in flight per warp: D stages (cp.async, bulk); up to 2D loads of 16 B a lane (ld.global) */
         const double flight_sm = (double)c.sw * c.d * (c.mode == M_LDG ? 2.0 * 512 : c.stage);
-        double lat[2] = {0, 0}, gbs = 0;
-        for (int ch = 0; ch < 2; ch++) {
+        double lat[3] = {0, 0, 0}, gbs = 0;
+        for (int ch = 0; ch < 3; ch++) { /* the L2 chain, the DRAM chain, grid barriers */
             std::vector<double> l, bw;
             for (int r = 0; r < reps; r++) {
                 CKL(cudaMemset(out, 0, (size_t)n_sm * OUTW * sizeof *out));
-                lat_args a = {w, w_bytes, chain[ch], lines[ch], hops, c.sw, c.stage, out};
+                CKL(cudaMemset(ctr, 0, sizeof *ctr));
+                lat_args a = {w, w_bytes, ch < 2 ? chain[ch] : nullptr, ctr, ch < 2 ? lines[ch] : 0, hops, c.sw, c.stage, out};
                 cudaEvent_t e0, e1;
                 CKL(cudaEventCreate(&e0));
                 CKL(cudaEventCreate(&e1));
@@ -321,7 +355,8 @@ int main(int argc, char **argv) {
                 double bytes = 0;
                 for (int b = 0; b < n_sm; b++) {
                     if (h[(size_t)b * OUTW + 3]) {
-                        fprintf(stderr, "lab_lat: %s D=%d: a bulk copy never completed (block %d)\n", mode_name[c.mode], c.d, b);
+                        fprintf(stderr, "lab_lat: %s D=%d: %s (block %d)\n", mode_name[c.mode], c.d,
+                                h[(size_t)b * OUTW + 3] == 2 ? "a grid barrier never completed" : "a bulk copy never completed", b);
                         return 1;
                     }
                     per.push_back((double)h[(size_t)b * OUTW] / hops);
@@ -338,12 +373,13 @@ int main(int argc, char **argv) {
         }
         if (c.mode == M_IDLE) idle_l2 = lat[0];
         const double flight_gpu = flight_sm * n_sm, model = idle_l2 + (gbs > 0 ? flight_gpu / gbs : 0.0);
-        printf("%-10s %3d %2d %6d | %12.1f %12.2f | %8.0f | %12.1f %14.1f | %12.1f\n", mode_name[c.mode], c.sw, c.d,
-               c.stage, flight_sm / 1024, flight_gpu / 1e6, gbs, lat[0], model, lat[1]);
+        printf("%-10s %3d %2d %6d | %12.1f %12.2f | %8.0f | %12.1f %14.1f | %12.1f | %10.1f\n", mode_name[c.mode], c.sw,
+               c.d, c.stage, flight_sm / 1024, flight_gpu / 1e6, gbs, lat[0], model, lat[1], lat[2]);
     }
     cudaFree(w);
     cudaFree(chain[0]);
     cudaFree(chain[1]);
     cudaFree(out);
+    cudaFree(ctr);
     return 0;
 }
