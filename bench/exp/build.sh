@@ -17,9 +17,9 @@ todo=${*:-main sf exp lean}  # lsf, lean1, leanG: only when named
 mkdir -p "$out" build-dev
 for v in $todo; do
     src=/tmp/rl-exp-$v
-    # exp-prologue.patch and lean-loop.patch (closed experiments) apply to c207744, the tree
-    # before qkv-dual and f16-pipe landed; main and scale-free.patch to HEAD
-    case $v in exp|lean|lsf|lean1|leanG) rev=c207744 ;; *) rev=HEAD ;; esac
+    # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
+    # landed; main is HEAD
+    case $v in main) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; *) patch= ;; esac
