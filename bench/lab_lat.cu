@@ -33,8 +33,8 @@
  * of the per-block latencies).
  *
  * A third measure, for the dataflow schedule docs/PERF.md leaves to build: warp 0's lane 0
- * crosses grid barriers instead (fence, one atomic add on a counter, spin on an acquire load
- * until every block has added; all blocks resident, one per SM), the ns per barrier under the
+ * crosses grid barriers instead (persist.cu's: a release add on a counter, then a spin on
+ * acquire loads until every block has added; all blocks resident, one per SM), the ns per barrier under the
  * same streaming. v2.22's attention fold paid 2.5-3.1 µs a layer for its counts and waits; this
  * says whether such a signal costs that much by itself while the SM streams. */
 #include <cuda_runtime.h>
@@ -61,7 +61,7 @@ struct lat_args {
     const uint8_t *w;      /* streamed pool */
     size_t w_bytes;
     const uint32_t *chain; /* chain[i]: index of the next hop's word; NULL: grid barriers */
-    unsigned *ctr;         /* the barriers' counter (zero at launch) */
+    unsigned long long *ctr; /* the barriers' counter (zero at launch) */
     uint32_t lines;        /* lines per block in the chain */
     int hops, sw, stage;   /* hops timed; streaming warps; bytes per warp stage */
     unsigned long long *out;
@@ -103,17 +103,13 @@ __device__ __forceinline__ void bulk_first(uint32_t dst, const void *src, uint32
 #endif
 }
 
-/* One grid barrier: this block's arrival after a fence, then a spin until `target` arrivals
- * (every block resident: one per SM, the grid n_sm). Bounded, as mb_wait: false after ~2^26
- * tries (a block that never ran would otherwise hang the device run). */
-__device__ __forceinline__ bool grid_bar(unsigned *ctr, unsigned target) {
-    __threadfence();
-    atomicAdd(ctr, 1u);
-    for (int it = 0; it < (1 << 26); it++) {
-        unsigned v;
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
-        if (v >= target) return true;
-    }
+/* One grid barrier: this block's arrival, then a spin until `target` arrivals (every block
+ * resident: one per SM, the grid n_sm). Bounded, as mb_wait: false after ~2^26 tries (a block
+ * that never ran would otherwise hang the device run). */
+__device__ __forceinline__ bool grid_bar(unsigned long long *ctr, unsigned long long target) {
+    rl_red_release(ctr);
+    for (int it = 0; it < (1 << 26); it++)
+        if (rl_ld_acquire(ctr) >= target) return true;
     return false;
 }
 
@@ -139,11 +135,11 @@ template <int MODE, int D> __global__ void lat_kernel(lat_args a) {
     unsigned long long *out = a.out + (size_t)blockIdx.x * OUTW;
     if (warp == 0) {
         if (lane == 0 && !a.chain) {
-            const unsigned n = gridDim.x, warm = 16;
+            const unsigned long long n = gridDim.x, warm = 16;
             bool ok = true;
-            for (unsigned h = 1; h <= warm && ok; h++) ok = grid_bar(a.ctr, h * n);
+            for (unsigned long long h = 1; h <= warm && ok; h++) ok = grid_bar(a.ctr, h * n);
             const uint64_t t0 = rl_gtimer();
-            for (unsigned h = 1; h <= (unsigned)a.hops && ok; h++) ok = grid_bar(a.ctr, (warm + h) * n);
+            for (unsigned long long h = 1; h <= (unsigned long long)a.hops && ok; h++) ok = grid_bar(a.ctr, (warm + h) * n);
             const uint64_t t1 = rl_gtimer();
             out[0] = t1 - t0;
             if (!ok) out[3] = 2;
@@ -316,7 +312,7 @@ int main(int argc, char **argv) {
            lines[0], lines[1]);
     printf("%-10s %3s %2s %6s | %12s %12s | %8s | %12s %14s | %12s | %10s\n", "streaming", "sw", "D", "stage",
            "KB/SM flight", "MB flight", "GB/s", "L2 ns/hop", "FIFO model ns", "DRAM ns/hop", "barrier ns");
-    unsigned *ctr;
+    unsigned long long *ctr;
     CKL(cudaMalloc(&ctr, sizeof *ctr));
     double idle_l2 = 0;
     for (const cfg &c : cfgs) {

@@ -40,6 +40,17 @@ __device__ __forceinline__ unsigned long long rl_gtimer() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+/* A grid-wide counter's two halves (persist.cu's barrier, lab_lat's): a release add, so the
+ * writes ordered before it (by a __syncthreads, for the block's) are visible to whoever
+ * acquires the new value; and the acquire load that waits for it. */
+__device__ __forceinline__ void rl_red_release(unsigned long long *p) {
+    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(p) : "memory");
+}
+__device__ __forceinline__ unsigned long long rl_ld_acquire(const unsigned long long *p) {
+    unsigned long long v;
+    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");

@@ -36,18 +36,6 @@
  * order to the whole block (PTX memory model: the CTA barrier orders the block's writes
  * before the release, and the acquire before the block's later reads). tr (RL_CUDA_PERSIST_TRACE): each block's %globaltimer at every
  * arrival and release. */
-__device__ __forceinline__ unsigned long long ld_acquire(const unsigned long long *p) {
-    unsigned long long v;
-    asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-    return v;
-}
-
-/* A release add: the block's writes (ordered before it by the __syncthreads) become visible
- * to whoever acquires the counter's new value. */
-__device__ __forceinline__ void red_release(unsigned long long *p) {
-    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(p) : "memory");
-}
-
 struct pk_bar {
     unsigned long long *c, base;
     unsigned long long *tr; /* [2 NB + 2][gridDim.x] or NULL */
@@ -58,7 +46,7 @@ struct pk_bar {
         tr = tr_;
         k = 0;
         if (threadIdx.x == 0) {
-            const unsigned long long P = (unsigned long long)nb * gridDim.x, c0 = ld_acquire(c);
+            const unsigned long long P = (unsigned long long)nb * gridDim.x, c0 = rl_ld_acquire(c);
             base = c0 / P * P;
             /* the argument above, checked: anything else touching the counter (or a launch
              * that stopped midway) would otherwise be a silent race */
@@ -71,8 +59,8 @@ struct pk_bar {
         if (threadIdx.x == 0) {
             const unsigned long long target = base + (unsigned long long)(k + 1) * gridDim.x;
             if (tr) tr[(size_t)(2 * k + 1) * gridDim.x + blockIdx.x] = rl_gtimer();
-            red_release(c);
-            while (ld_acquire(c) < target) {
+            rl_red_release(c);
+            while (rl_ld_acquire(c) < target) {
             }
             if (tr) tr[(size_t)(2 * k + 2) * gridDim.x + blockIdx.x] = rl_gtimer();
         }
