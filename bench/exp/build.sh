@@ -5,9 +5,9 @@
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
 # epilogue flushes), each into its own build-dev/VARIANT.tar.xz; mvxt (HEAD + mvx-trim.patch,
-# the exact chunk's tensor-core matvec with fewer instructions a round) the same way. (qkv-dual.patch and
-# f16-pipe.patch landed in session 30: the f16* and dual variants are gone, run.sh dual times
-# main's RL_CUDA_MVS2.)
+# the exact chunk's tensor-core matvec with fewer instructions a round) the same way.
+# (qkv-dual.patch and f16-pipe.patch landed in session 30: the f16* and dual variants are gone,
+# run.sh dual times main's RL_CUDA_MVS2.)
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'

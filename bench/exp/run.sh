@@ -69,6 +69,9 @@ tg() { local b=$1 f=$2 l=$3; shift 3
 same() { local l=$1 a=$2; shift 2
   for o in "$@"; do [ -s $a ] && cmp -s $a $o || { echo "$f ${ex:-fast}: $l: DIFFERENT or failed"; return; }; done
   echo "$f ${ex:-fast}: $l ($(sha256sum < $a | cut -c1-16))"; }
+# pp BINARY FLAGS FILE N: "tok/s sd" of an exact prefill of N ids (chunks, mvxt)
+pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
+  python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
 t0=$(date +%s)
 case $MODE in
 tests-*)
@@ -151,10 +154,8 @@ peer)
   done ;;
 chunks)
   F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
-  pp() { $M bench --device cuda --prefill exact $1 -m /tmp/m/$2.gguf -p $3 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
-    python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
   for r in 1 2; do for f in $F; do
-    set -- $(pp "-b 1" $f 128) $(pp "" $f 512)
+    set -- $(pp $M "-b 1" $f 128) $(pp $M "" $f 512)
     python3 -c "print('%-8s r$r  S=1 %8.1f ± %5.1f   S=16 %9.1f ± %6.1f   %5.2fx'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0))"
   done; done ;;
 mvxt)
@@ -164,16 +165,14 @@ mvxt)
   [ -x /tmp/b/mvxt/rawloop ] || { echo "no mvxt build here"; exit 2; }
   F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
   /tmp/b/mvxt/test_cuda > /tmp/tc-mvxt.log 2>&1; echo "mvxt test_cuda: $(tail -1 /tmp/tc-mvxt.log)"
-  grep -i "differs\|fail" /tmp/tc-mvxt.log | head -5
+  grep "CHECK(" /tmp/tc-mvxt.log | head -5 # the first failures, if any
+  IDS=$(seq 1 40 | tr '\n' ' ')
   for f in $F; do
-    seq 1 40 | tr '\n' ' ' > /tmp/ids.txt
     for v in main mvxt; do for b in 1 16; do
-      /tmp/b/$v/rawloop logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$(cat /tmp/ids.txt)" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
+      /tmp/b/$v/rawloop logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$IDS" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
     done; done
     same "main -b 1 = -b 16, mvxt -b 1 = -b 16" /tmp/lg-main-1.bin /tmp/lg-main-16.bin /tmp/lg-mvxt-1.bin /tmp/lg-mvxt-16.bin
   done
-  pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
-    python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
   for r in 1 2; do for f in $F; do
     set -- $(pp $M "-b 1" $f 128) $(pp $M "" $f 512) $(pp /tmp/b/mvxt/rawloop "" $f 512)
     python3 -c "print('%-6s r$r S=1 %7.1f ± %4.1f  S=16 main %8.1f ± %5.1f (%5.2fx)  mvxt %8.1f ± %5.1f (%5.2fx)'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0,$5,$6,$5/$1 if $1 else 0))"
