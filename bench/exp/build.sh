@@ -25,6 +25,7 @@ for v in $todo; do
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
         mvxt) patch=mvx-trim.patch ;; *) patch= ;; esac
+    # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
     # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only
     # (leanG), instead of every 16 (PERF.md v2.25 section 3)
