@@ -65,21 +65,31 @@ static void check_gpu(uint32_t type, const uint8_t *w, size_t rows, size_t cols,
     free(y2);
 }
 
+/* A rows x cols matrix of type from uniform values (F32 in [-1, 1), the others in [-0.5, 0.5)),
+ * quantized by the CPU's rl_quant_row; the caller frees it. */
+static uint8_t *rand_matrix(uint32_t type, size_t rows, size_t cols) {
+    const size_t rb = rl_row_bytes(type, cols);
+    uint8_t *w = malloc(rows * rb);
+    float *row = malloc(cols * sizeof(float));
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t i = 0; i < cols; i++) row[i] = frand() * (type == RL_F32 ? 1.0f : 0.5f);
+        rl_quant_row(type, row, w + r * rb, cols);
+    }
+    free(row);
+    return w;
+}
+
 /* fast: the 8-bit-activation path where the type has one; its reference is the CPU's own fast
  * path (rl_mm_rows_ref on rl_q8a_quant_row_ref of the normalised input), whose per-chunk terms
  * the GPU reproduces exactly (only the summation order differs). */
 static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int with_norm, bool fast) {
     size_t rb = rl_row_bytes(type, cols);
-    uint8_t *w = malloc(rows * rb);
+    uint8_t *w = rand_matrix(type, rows, cols);
     float *row = malloc(cols * sizeof(float)), *x = malloc(cols * sizeof(float));
     float *nw = malloc(cols * sizeof(float)), *xn = malloc(cols * sizeof(float));
     size_t out = mode == 2 ? rows / 2 : rows;
     float *y = malloc(rows * sizeof(float));
     double *ref = malloc(rows * sizeof(double)), *init = malloc(rows * sizeof(double));
-    for (size_t r = 0; r < rows; r++) {
-        for (size_t i = 0; i < cols; i++) row[i] = frand() * (type == RL_F32 ? 1.0f : 0.5f);
-        rl_quant_row(type, row, w + r * rb, cols);
-    }
     for (size_t i = 0; i < cols; i++) x[i] = frand() * 3.0f, nw[i] = 0.5f + frand() * 0.25f;
     if (with_norm) { /* the CPU's rmsnorm, op for op */
         double ss = 0;
@@ -156,14 +166,10 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
 static void test_chunk(uint32_t type, size_t rows, size_t cols, int mode, int with_norm, bool fast) {
     enum { NS = 16 };
     const size_t rb = rl_row_bytes(type, cols), out = mode == 2 ? rows / 2 : rows;
-    uint8_t *w = malloc(rows * rb);
-    float *row = malloc(cols * sizeof(float)), *x = malloc(NS * cols * sizeof(float));
+    uint8_t *w = rand_matrix(type, rows, cols);
+    float *x = malloc(NS * cols * sizeof(float));
     float *nw = malloc(cols * sizeof(float)), *init = malloc(out * sizeof(float));
     float *y1 = malloc(NS * out * sizeof(float)), *yc = malloc(NS * out * sizeof(float));
-    for (size_t r = 0; r < rows; r++) {
-        for (size_t i = 0; i < cols; i++) row[i] = frand() * (type == RL_F32 ? 1.0f : 0.5f);
-        rl_quant_row(type, row, w + r * rb, cols);
-    }
     for (size_t i = 0; i < NS * cols; i++) x[i] = frand() * 3.0f;
     for (size_t i = 0; i < cols; i++) nw[i] = 0.5f + frand() * 0.25f;
     for (size_t r = 0; r < out; r++) init[r] = mode == 1 ? frand() * 10 : 12345.0f;
@@ -192,7 +198,7 @@ static void test_chunk(uint32_t type, size_t rows, size_t cols, int mode, int wi
     unsetenv("RL_CUDA_MVX");
     printf("  chunk  %-5s %5zu x %-5zu mode %d norm %d %s: 4/8/16 columns = one at a time%s\n", rl_type_name(type), rows,
            cols, mode, with_norm, fast ? "q8 " : "f32", mma ? " (mma and dp4a)" : "");
-    free(w); free(row); free(x); free(nw); free(init); free(y1); free(yc);
+    free(w); free(x); free(nw); free(init); free(y1); free(yc);
 }
 
 /* A QKV whose V has another type (Q4_K_M's Q4_K beside Q6_K, Q5_K_M's Q5_K beside Q6_K): one
@@ -203,15 +209,10 @@ static void test_pair(uint32_t t1, uint32_t t2, size_t rows1, size_t rows2, size
     const uint32_t ty[2] = {t1, t2};
     const size_t rows[2] = {rows1, rows2}, rb[2] = {rl_row_bytes(t1, cols), rl_row_bytes(t2, cols)};
     uint8_t *w[2];
-    float *row = malloc(cols * sizeof(float)), *x = malloc(cols * sizeof(float)), *nw = malloc(cols * sizeof(float));
+    w[0] = rand_matrix(t1, rows1, cols); /* in this order: the draws of frand() are the test's */
+    w[1] = rand_matrix(t2, rows2, cols);
+    float *x = malloc(cols * sizeof(float)), *nw = malloc(cols * sizeof(float));
     float *y1 = malloc((rows1 + rows2) * sizeof(float)), *yp = malloc((rows1 + rows2) * sizeof(float));
-    for (int m = 0; m < 2; m++) {
-        w[m] = malloc(rows[m] * rb[m]);
-        for (size_t r = 0; r < rows[m]; r++) {
-            for (size_t i = 0; i < cols; i++) row[i] = frand() * 0.5f;
-            rl_quant_row(ty[m], row, w[m] + r * rb[m], cols);
-        }
-    }
     for (size_t i = 0; i < cols; i++) x[i] = frand() * 3.0f, nw[i] = 0.5f + frand() * 0.25f;
     const float *nwp = with_norm ? nw : NULL;
     fast = fast && rl_cuda_has_q8(t1) && rl_cuda_has_q8(t2);
@@ -240,7 +241,7 @@ static void test_pair(uint32_t t1, uint32_t t2, size_t rows1, size_t rows2, size
     unsetenv("RL_CUDA_MVS");
     printf("  pair   %-4s + %-4s %5zu + %-5zu x %-5zu norm %d %s: one launch = two = each alone\n", rl_type_name(t1),
            rl_type_name(t2), rows1, rows2, cols, with_norm, fast ? "q8 " : "f32");
-    free(w[0]); free(w[1]); free(row); free(x); free(nw); free(y1); free(yp);
+    free(w[0]); free(w[1]); free(x); free(nw); free(y1); free(yp);
 }
 
 static void test_argmax(void) {
