@@ -4,8 +4,8 @@
 # with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
-# epilogue flushes), each into its own build-dev/VARIANT.tar.xz; mvxt (HEAD + mvx-trim.patch,
-# the exact chunk's tensor-core matvec with fewer instructions a round) the same way.
+# epilogue flushes), each into its own build-dev/VARIANT.tar.xz. (mvx-trim.patch landed in
+# session 32: the mvxt variant is gone.)
 # (qkv-dual.patch and f16-pipe.patch landed in session 30: the f16* and dual variants are gone,
 # run.sh dual times main's RL_CUDA_MVS2.)
 set -eu
@@ -20,11 +20,10 @@ for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD
-    case $v in main|mvxt) rev=HEAD ;; *) rev=c207744 ;; esac
+    case $v in main) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
-        mvxt) patch=mvx-trim.patch ;; *) patch= ;; esac
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
     # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only
@@ -45,5 +44,5 @@ built() { for b in "$@"; do case " $todo " in *" $b "*) return 0 ;; esac; done; 
 ! built main sf exp lean || tar cJf build-dev/bins.tar.xz -C "$out" main sf exp lean
 # lean + scale-free and lean's flush variants apart, so that run.sh finds them only where they
 # were built
-for v in lsf lean1 leanG mvxt; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
+for v in lsf lean1 leanG; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
 ls -la build-dev/*.tar.xz

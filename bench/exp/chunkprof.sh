@@ -1,10 +1,9 @@
 # Device script (carry build-dev and .dev/cuda, as run.sh): ncu of exact chunks of 16, the
 # per-kernel durations of one chunk (clocks and caches as found: --clock-control none
-# --cache-control none) for each build in CP_BINS (default main; "main mvxt" with build.sh
-# mvxt), summed per kernel by ncu_agg.py, then one gate+up mvx launch's issue and stall figures
-# on 7B Q4_0. Question: which kernels the chunk's ~4 ms on 7B Q4_0 (131 us a layer against 24
-# of weights) go to, and whether mvx is issue-bound (mvx-trim.patch's premise). Not run yet
-# (session 31 had no device time left for it).
+# --cache-control none) for each build in CP_BINS (default main), summed per kernel by
+# ncu_agg.py, then one gate+up mvx launch's issue and stall figures on 7B Q4_0. Question: which
+# kernels an exact chunk's time goes to and what mvx stalls on. First run in session 32 (docs/PERF.md
+# v2.29: mvx ~80% of a 7B chunk, latency-bound at 16 warps an SM, not issue-bound).
 set -u; cd "$(dirname "$0")/../.."
 MODELS="${CP_MODELS:-tl 7b}" bash bench/exp/run.sh models | tail -1
 for v in ${CP_BINS:-main}; do M=/tmp/b/$v/rawloop

@@ -25,8 +25,6 @@
 #                                      8x S=1, last measured in v2.12): pp512 in exact chunks of 16
 #                                      and pp128 with -b 1 (v2.12's commands), two rounds, on
 #                                      CHUNKS="tl 7b 8b 7bq8" by default
-#   bash bench/exp/run.sh mvxt         mvx-trim.patch (build.sh mvxt): its test_cuda, chunk logits
-#                                      = one-token = main's, S=16 / S=1 of main and mvxt
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -47,7 +45,7 @@ if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-pe
 else [ -x /tmp/b/sf/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
   # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
   # flush variants), where they were built and carried
-  for v in lsf lean1 leanG mvxt; do
+  for v in lsf lean1 leanG; do
     [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
 M=/tmp/b/main/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
@@ -69,7 +67,7 @@ tg() { local b=$1 f=$2 l=$3; shift 3
 same() { local l=$1 a=$2; shift 2
   for o in "$@"; do [ -s $a ] && cmp -s $a $o || { echo "$f ${ex:-fast}: $l: DIFFERENT or failed"; return; }; done
   echo "$f ${ex:-fast}: $l ($(sha256sum < $a | cut -c1-16))"; }
-# pp BINARY FLAGS FILE N: "tok/s sd" of an exact prefill of N ids (chunks, mvxt)
+# pp BINARY FLAGS FILE N: "tok/s sd" of an exact prefill of N ids (chunks)
 pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
   python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
 t0=$(date +%s)
@@ -158,27 +156,8 @@ chunks)
     set -- $(pp $M "-b 1" $f 128) $(pp $M "" $f 512)
     python3 -c "print('%-8s r$r  S=1 %8.1f ± %5.1f   S=16 %9.1f ± %6.1f   %5.2fx'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0))"
   done; done ;;
-mvxt)
-  # mvx-trim.patch (build.sh mvxt): its test_cuda (exact chunks of 4/8/16 = one column at a
-  # time, both chunk kernels), chunk logits = one-token logits = main's, then S=16 / S=1 of
-  # main and mvxt alternated, two rounds
-  [ -x /tmp/b/mvxt/rawloop ] || { echo "no mvxt build here"; exit 2; }
-  F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
-  /tmp/b/mvxt/test_cuda > /tmp/tc-mvxt.log 2>&1; echo "mvxt test_cuda: $(tail -1 /tmp/tc-mvxt.log)"
-  grep "CHECK(" /tmp/tc-mvxt.log | head -5 # the first failures, if any
-  IDS=$(seq 1 40 | tr '\n' ' ')
-  for f in $F; do
-    for v in main mvxt; do for b in 1 16; do
-      /tmp/b/$v/rawloop logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$IDS" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
-    done; done
-    same "main -b 1 = -b 16, mvxt -b 1 = -b 16" /tmp/lg-main-1.bin /tmp/lg-main-16.bin /tmp/lg-mvxt-1.bin /tmp/lg-mvxt-16.bin
-  done
-  for r in 1 2; do for f in $F; do
-    set -- $(pp $M "-b 1" $f 128) $(pp $M "" $f 512) $(pp /tmp/b/mvxt/rawloop "" $f 512)
-    python3 -c "print('%-6s r$r S=1 %7.1f ± %4.1f  S=16 main %8.1f ± %5.1f (%5.2fx)  mvxt %8.1f ± %5.1f (%5.2fx)'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0,$5,$6,$5/$1 if $1 else 0))"
-  done; done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, mvxt, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

@@ -30,6 +30,8 @@
  * copy cursor (mvx_cursor), the first stages before the PDL wait; and the activations come in
  * the fragment order the chunk's staging kernel (mvx_stage_kernel) writes them in: three
  * 16-byte loads per lane and chunk, all within a line or four. */
+#include <type_traits>
+
 #include "mv.cuh"
 
 #define MVX_WARPS 8
@@ -44,12 +46,17 @@ template <int T> struct mvx_tr {
     static constexpr int STAGE = 16 * AROW + 16 * 80;
 };
 
-__device__ __forceinline__ void mma_s8(int *d, const uint32_t *a, uint32_t b0, uint32_t b1) {
+/* d = a b + c over int32, c the accumulator's fragment: the terms c0, c1 of columns 2t, 2t + 1
+ * for rows g and g + 8 alike. The integer sum is exact whoever adds it, so each column's term
+ * rides in the accumulator instead of an add per output (a register quad built by moves: a
+ * plane holding each term twice, loaded as the quad, saved the moves but spilled Q8_0's
+ * 16-column kernels, 19 reloads a round) */
+__device__ __forceinline__ void mma_s8(int *d, const uint32_t *a, uint32_t b0, uint32_t b1, int c0, int c1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%10,%10,%10,%10};"
+        "{%10,%11,%10,%11};"
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(0));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c0), "r"(c1));
 #endif
 }
 
@@ -214,7 +221,9 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 2) mvx_kernel(const rl_mv_args
     const int pos = a.io ? a.io->pos : 0;
     float acc[MVX_SLOTS][NT][4];
     /* stage s of the ring is round `round` of the block's lt-th tile: s = lt R + round */
-    for (int lt = 0, s = 0; lt < my_tiles; lt++) {
+    static_assert((MVX_DEPTH & (MVX_DEPTH - 1)) == 0, "the stage index is s % MVX_DEPTH on an unsigned s");
+    unsigned s = 0;
+    for (int lt = 0; lt < my_tiles; lt++) {
         const int tile = blockIdx.x + lt * gridDim.x;
 #pragma unroll
         for (int k = 0; k < MVX_SLOTS; k++)
@@ -222,52 +231,77 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 2) mvx_kernel(const rl_mv_args
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[k][nt][e] = 0.0f;
-        for (int round = 0; round < R; round++, s++) {
+        /* a round's chunks c = 32 round + warp + 8 k: this warp's fragments advance 32 chunks a round */
+        const uint8_t *fr = frag + (size_t)warp * MVX_FRAG;
+        for (int round = 0; round < R; round++, s++, fr += 32 * MVX_FRAG) {
+            /* the round's activation fragments (in L2) do not depend on the ring: their loads
+             * go out before the stage barrier, whose wait then covers their latency */
+            const bool full = 32 * (round + 1) <= nch;
+            uint4 bw[MVX_SLOTS];
+            float4 dx4[MVX_SLOTS];
+            int4 kb4[MVX_SLOTS]; /* MVX_MAGIC less Q4_0's 8 sum(x) */
+            /* FULL: every chunk of the round is below nch (all rounds but a partial last one): no
+             * chunk's address is clamped, so the slots' loads are constant offsets of one base */
+            auto load = [&](auto fullc) {
+                constexpr bool FULL = decltype(fullc)::value;
+#pragma unroll
+                for (int k = 0; k < MVX_SLOTS; k++) {
+                    const uint8_t *f = FULL || 32 * round + warp + MVX_WARPS * k < nch ? fr + k * MVX_WARPS * MVX_FRAG : frag;
+                    bw[k] = *(const uint4 *)(f + 16 * lane);
+                    dx4[k] = *(const float4 *)(f + 512 + 32 * t);
+                    kb4[k] = *(const int4 *)(f + 512 + 32 * t + 16);
+                }
+            };
+            if (full) load(std::true_type{});
+            else load(std::false_type{});
             cp_wait<MVX_DEPTH - 2>();
             __syncthreads(); /* stage s is in; every warp is done with stage s - 1, which is refilled next */
             cur.issue(a, ring0 + ((s + MVX_DEPTH - 1) % MVX_DEPTH) * mvx_tr<T>::STAGE, my_tiles, R, nch);
             cp_commit();
             const uint8_t *stg = ring + (s % MVX_DEPTH) * mvx_tr<T>::STAGE;
+            /* FULL as in load: no term is dropped */
+            auto body = [&](auto fullc) {
+                constexpr bool FULL = decltype(fullc)::value;
 #pragma unroll
-            for (int k = 0; k < MVX_SLOTS; k++) {
-                const int cc = warp + MVX_WARPS * k, c = 32 * round + cc; /* residue slot k */
-                const bool on = c < nch;
-                const uint8_t *f = frag + (size_t)(on ? c : 0) * MVX_FRAG;
-                const uint4 bw = *(const uint4 *)(f + 16 * lane);
-                const float4 dx4 = *(const float4 *)(f + 512 + 32 * t);
-                const int4 kb4 = *(const int4 *)(f + 512 + 32 * t + 16); /* MVX_MAGIC less Q4_0's 8 sum(x) */
-                const float dx[4] = {dx4.x, dx4.y, dx4.z, dx4.w};
-                const int kb[4] = {kb4.x, kb4.y, kb4.z, kb4.w};
-                const uint32_t *qa = (const uint32_t *)(stg + g * AROW + cc * QB), *qb = (const uint32_t *)(stg + (g + 8) * AROW + cc * QB);
-                uint32_t aw[4];
-                if constexpr (T == RL_Q4_0) {
-                    const uint32_t wa = qa[t], wb = qb[t];
-                    aw[0] = wa & 0x0F0F0F0Fu;
-                    aw[1] = wb & 0x0F0F0F0Fu;
-                    aw[2] = (wa >> 4) & 0x0F0F0F0Fu;
-                    aw[3] = (wb >> 4) & 0x0F0F0F0Fu;
-                } else {
-                    aw[0] = qa[t];
-                    aw[1] = qb[t];
-                    aw[2] = qa[4 + t];
-                    aw[3] = qb[4 + t];
-                }
-                const uint16_t *sc = (const uint16_t *)(stg + 16 * AROW);
-                const float dw[2] = {h2f(sc[g * 40 + cc]), h2f(sc[(g + 8) * 40 + cc])};
+                for (int k = 0; k < MVX_SLOTS; k++) {
+                    const int cc = warp + MVX_WARPS * k; /* residue slot k */
+                    const bool on = FULL || 32 * round + cc < nch;
+                    const float dx[4] = {dx4[k].x, dx4[k].y, dx4[k].z, dx4[k].w};
+                    const uint32_t *qa = (const uint32_t *)(stg + g * AROW + cc * QB),
+                                   *qb = (const uint32_t *)(stg + (g + 8) * AROW + cc * QB);
+                    uint32_t aw[4];
+                    if constexpr (T == RL_Q4_0) {
+                        const uint32_t wa = qa[t], wb = qb[t];
+                        aw[0] = wa & 0x0F0F0F0Fu;
+                        aw[1] = wb & 0x0F0F0F0Fu;
+                        aw[2] = (wa >> 4) & 0x0F0F0F0Fu;
+                        aw[3] = (wb >> 4) & 0x0F0F0F0Fu;
+                    } else {
+                        aw[0] = qa[t];
+                        aw[1] = qb[t];
+                        aw[2] = qa[4 + t];
+                        aw[3] = qb[4 + t];
+                    }
+                    const uint16_t *sc = (const uint16_t *)(stg + 16 * AROW);
+                    const float dw[2] = {h2f(sc[g * 40 + cc]), h2f(sc[(g + 8) * 40 + cc])};
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    int d[4];
-                    mma_s8(d, aw, nt ? bw.z : bw.x, nt ? bw.w : bw.y);
+                    for (int nt = 0; nt < NT; nt++) {
+                        int d[4]; /* the dot plus the column's term kb, ready for mvx_i2f */
+                        mma_s8(d, aw, nt ? bw[k].z : bw[k].x, nt ? bw[k].w : bw[k].y, nt ? kb4[k].z : kb4[k].x,
+                               nt ? kb4[k].w : kb4[k].y);
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        /* dot_q8's term, both products rounded; a chunk past the end adds nothing
-                         * (not even +0, which would turn a -0 sum into +0) */
-                        const int j = (e & 1) + 2 * nt; /* D column 2t + (e & 1) + 8 nt */
-                        const float term = __fmul_rn(__fmul_rn(dw[e >> 1], dx[j]), mvx_i2f(d[e] + kb[j]));
-                        acc[k][nt][e] = on ? acc[k][nt][e] + term : acc[k][nt][e];
+                        for (int e = 0; e < 4; e++) {
+                            /* dot_q8's term, both products rounded; a chunk past the end adds
+                             * nothing (not even +0, which would turn a -0 sum into +0) */
+                            const int j = (e & 1) + 2 * nt; /* D column 2t + (e & 1) + 8 nt */
+                            const float term = __fmul_rn(__fmul_rn(dw[e >> 1], dx[j]), mvx_i2f(d[e]));
+                            if (on) acc[k][nt][e] = acc[k][nt][e] + term;
+                        }
                     }
                 }
-            }
+            };
+            if (full) body(std::true_type{});
+            else body(std::false_type{});
         }
         /* the tile's residue sums -> the butterfly's tree -> the epilogue. The stage barriers of
          * later rounds keep part and fin from being rewritten while read. */
