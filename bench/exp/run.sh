@@ -25,6 +25,11 @@
 #                                      8x S=1, last measured in v2.12): pp512 in exact chunks of 16
 #                                      and pp128 with -b 1 (v2.12's commands), two rounds, on
 #                                      CHUNKS="tl 7b 8b 7bq8" by default
+#   bash bench/exp/run.sh astage       an exact chunk's Wo input staged by the flash decode
+#                                      (RL_CUDA_ATT_STAGE, session 32): chunk logits (-b 4/8/16)
+#                                      = one-token logits, knob on and off, 40 ids and TinyLlama
+#                                      at 300 (merged splits); launches a chunk; S=1 and S=16
+#                                      with the knob off / on alternated, two rounds
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -156,8 +161,24 @@ chunks)
     set -- $(pp $M "-b 1" $f 128) $(pp $M "" $f 512)
     python3 -c "print('%-8s r$r  S=1 %8.1f ± %5.1f   S=16 %9.1f ± %6.1f   %5.2fx'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0))"
   done; done ;;
+astage)
+  F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
+  for f in $F; do for n in 40 300; do
+    [ $n = 300 ] && [ $f != tl ] && continue
+    IDS=$(seq 1 $n | tr '\n' ' ')
+    for v in 1 0; do for b in 1 4 8 16; do
+      RL_CUDA_ATT_STAGE=$v $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$IDS" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
+    done; done
+    same "$n ids: -b 1 = 4 = 8 = 16, stage on and off" /tmp/lg-1-1.bin /tmp/lg-1-4.bin /tmp/lg-1-8.bin /tmp/lg-1-16.bin /tmp/lg-0-1.bin /tmp/lg-0-4.bin /tmp/lg-0-8.bin /tmp/lg-0-16.bin
+  done; done
+  for v in 1 0; do RL_CUDA_ATT_STAGE=$v $M bench --device cuda --prefill exact -m /tmp/m/tl.gguf -p 16 -n 0 -r 1 --no-ceiling --json 2>/dev/null | tail -1 |
+    python3 -c "import json,sys;d=json.load(sys.stdin);print('tl ATT_STAGE=$v: launches_per_token (the last graph run)',d.get('launches_per_token'))"; done
+  for r in 1 2; do for f in $F; do
+    set -- $(pp $M "-b 1" $f 128) $(RL_CUDA_ATT_STAGE=0 pp $M "" $f 512) $(RL_CUDA_ATT_STAGE=1 pp $M "" $f 512)
+    python3 -c "print('%-6s r$r S=1 %7.1f ± %4.1f  S=16 stage off %8.1f ± %5.1f (%5.2fx)  on %8.1f ± %5.1f (%5.2fx)'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0,$5,$6,$5/$1 if $1 else 0))"
+  done; done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

@@ -8,6 +8,7 @@
 
 #include "dequant.cuh"
 #include "kernels.h"
+#include "mv.cuh" /* i8_quarter, mvx_put: an exact chunk's Wo input staged here */
 #include "reduce.cuh"
 
 #define ATT_THREADS 128
@@ -31,6 +32,27 @@
  * at short context and slower at depth 4096 too.)
  * Q8: an int8 cache with a scale per 32 values (--kv-type q8, half the bytes of f16): a key's
  * score is the sum over its 32-value blocks of d * (q . k_int8), a value row adds (e * d) * v. */
+/* An exact chunk whose Wo runs on tensor cores (a.frag set: its fragment plane): head h's output
+ * o[hd] for token z (in shared memory) rounded to int8 as the chunk's staging kernel would round
+ * it (i8_quarter on the same fp32 values, written by mvx_put: the same bytes), column z of the
+ * plane, so that Wo needs no staging launch. Warp 0 of the group, a quarter chunk per lane;
+ * hd % 32 == 0 (the host sets frag only then). */
+__device__ __forceinline__ void att_stage_out(const rl_att_args &a, int h, int z, const float *o, int t) {
+    if (t >= 32) return;
+    const int nq = a.hd / 8; /* quarters of the head's chunks */
+    for (int i0 = 0; i0 < nq; i0 += 32) { /* the same trip count on every lane: i8_quarter shuffles */
+        const int i = i0 + t;
+        const bool on = i < nq;
+        float e[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) e[j] = on ? o[8 * i + j] : 0.0f;
+        uint32_t w2[2];
+        int sum;
+        const float d = i8_quarter(e, w2, &sum);
+        if (on) mvx_put(a.frag, h * a.hd / 32 + i / 4, z, a.n_tok, i % 4, w2, d, sum, a.frag_k8);
+    }
+}
+
 /* Flash-decode block (head h, split s, token z), computed by the ATT_THREADS threads of group g
  * (their own barrier; the kernel below: the whole block). sm: rl_attention_smem(a) bytes of
  * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: rl_ld_cg (kernels.h). The split
@@ -184,6 +206,11 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
             float o = 0.0f;
             for (int w = 0; w < nw; w++) o += ow[w * hd + d];
             oz[h * hd + d] = o / l;
+            if (a.frag) qs[d] = o / l; /* q is used up */
+        }
+        if (a.frag) {
+            g.sync();
+            att_stage_out(a, h, z, qs, t);
         }
         return;
     }
@@ -251,8 +278,15 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
     }
 #pragma unroll
     for (int i = 0; i < DI; i++)
-        if (t + i * nt < hd) oz[h * hd + t + i * nt] = O[i] / L[i];
+        if (t + i * nt < hd) {
+            oz[h * hd + t + i * nt] = O[i] / L[i];
+            if (a.frag) qs[t + i * nt] = O[i] / L[i];
+        }
     if (t == 0) cz[h] = 0;
+    if (a.frag) {
+        g.sync();
+        att_stage_out(a, h, z, qs, t);
+    }
 }
 
 #endif

@@ -175,6 +175,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_MVB_PAGE", 8, 1, 64, &k->mvb_page, e) ||
         knob("RL_CUDA_MVB_SLOTS", 64, 2, 64, &k->mvb_slots, e) ||
         knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
+        knob("RL_CUDA_ATT_STAGE", 1, 0, 1, &k->att_stage, e) || /* Wo's chunk input from the flash decode */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
         knob("RL_CUDA_PF_ROPE_TAB", 1, 0, 1, &k->pf_rope_tab, e) || /* its RoPE angles (attention.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
@@ -379,8 +380,13 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
     a->io = c->io;
     a->hd = (int)cfg->head_dim;
     a->rope_dim = (int)cfg->rope_dim;
-    /* x += Wo · att */
+    /* x += Wo · att; in an exact chunk on tensor cores the flash decode writes Wo's int8 input
+     * (its fragment plane) from its outputs, so Wo needs no staging launch */
     mv_args1(c, &P->wo, &L->wo, c->x, RL_MV_ADD, c->att, NULL, (int)c->q_dim, ns, D);
+    if (ns > 1 && c->knobs.att_stage && cfg->head_dim % 32 == 0 && rl_mvx_applies(&P->wo, &c->knobs)) {
+        t->frag = rl_mvx_plane(&P->wo, &t->frag_k8);
+        P->wo.staged = true;
+    }
     /* hb = silu(Wg · rmsnorm(x)) * (Wu · rmsnorm(x)): one launch */
     a = &P->glu;
     mv_args1(c, a, &L->wg, c->hb, RL_MV_GLU, c->x, L->ffn_norm, D, ns, F);

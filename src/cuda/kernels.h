@@ -127,6 +127,9 @@ struct rl_mv_args {
     int ns;
     int ys;
     void *scratch;
+    /* a tensor-core chunk whose fragment plane its input's producer wrote (the flash decode
+     * for Wo, rl_att_args frag): rl_mvx_launch runs no staging launch */
+    bool staged;
 };
 
 /* Tile knobs (rl_cuda_knobs, read once from the environment). */
@@ -163,6 +166,9 @@ struct rl_cuda_knobs {
     int mvx;             /* exact chunks of Q4_0 / Q8_0 with 8-bit activations on int8 tensor
                             cores (mvx.cu; RL_CUDA_MVX: 1 default, 0 the dp4a chunk kernel);
                             the same bits either way */
+    int att_stage;       /* in such a chunk the flash decode writes Wo's int8 input itself, one
+                            launch a layer fewer (RL_CUDA_ATT_STAGE: 1 default, 0 Wo's own
+                            staging launch); the same bits */
     int pf_mma;          /* the fast prefill's attention on fp16 tensor cores where it applies
                             (RL_CUDA_PF_MMA: 1 default, 0 the fp32 CUDA-core kernel) */
     int pf_rope_tab;     /* the fast prefill's RoPE angles from a per-chunk table
@@ -209,8 +215,10 @@ bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The tensor-core exact chunk (mvx.cu): whether it applies to a (ns > 1, Q4_0 / Q8_0, 8-bit
  * activations, the knob on), and its launches: the columns' staging, in blocks of stage_warps
  * warps (the one-token kernel's block size, so the norm's sums are the same), then the matvec.
- * Returns the number of launches, -1 on error. */
+ * Returns the number of launches (1 where a->staged), -1 on error. */
 bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
+/* The fragment plane of a's chunk (in a->scratch after the staged columns) and its k8 (*k8). */
+uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8);
 int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st);
 /* Raises its kernels' dynamic shared-memory limit (at open); cudaError_t. */
 int rl_mvx_prepare(void);
@@ -252,6 +260,11 @@ struct rl_att_args {
     int tok_stride;        /* floats from one token's q (k, v) to the next's */
     int pos0;              /* position of the first token when io is NULL */
     const float *bq, *bk, *bv; /* biases rope_kv adds first (prefill), or NULL */
+    /* an exact chunk (n_tok tokens) whose Wo matvec runs on tensor cores: its fragment plane
+     * (rl_mvx_plane), which the flash decode fills from its outputs (Wo's rl_mv_args staged),
+     * and that plane's k8 (8 Q4_0, 0 Q8_0); NULL: the outputs only */
+    uint8_t *frag;
+    int frag_k8;
 };
 
 /* Positions per flash-decode split over n_pos positions: the knob `split` while that makes at

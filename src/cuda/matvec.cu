@@ -476,6 +476,7 @@ static int mv_launch1(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, cud
         one.ns = 1;
         const int sw = rl_mvs_warps(&one, k);
         if (rl_mvx_applies(a, k)) return rl_mvx_launch(a, k, n_sm, sw ? sw : warps, st);
+        if (a->staged) return -1; /* only the tensor-core chunk reads a plane staged elsewhere */
         if (rl_launch(prep_kernel_for(type, q8, lut), dim3(ns), dim3((sw ? sw : warps) * 32), 0, st, k->pdl == 1, *a))
             return -1;
         launches = 2;

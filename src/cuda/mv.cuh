@@ -719,6 +719,33 @@ __host__ __device__ inline size_t col_bytes(int n) { return (stage_bytes(n, true
 #define MVX_FRAG 640
 __host__ __device__ inline size_t mvx_frag_bytes(int n) { return (size_t)(n / 32) * MVX_FRAG; }
 
+/* The float with bits MVX_MAGIC + v is 1.5 * 2^23 + v for an integer |v| < 2^22 (mvx_i2f, mvx.cu). */
+#define MVX_MAGIC 0x4B400000
+
+/* Quarter k (0..3) of 32-value chunk c of column col, rounded by i8_quarter (its two words w2,
+ * the chunk's d and integer sum), into the fragment plane frag of an ns-column chunk, with the
+ * same quarter of the zero columns col + ns, col + 2 ns, ... below 16. The term stored is
+ * MVX_MAGIC less k8 times the sum (k8: 8 for Q4_0's unsigned nibbles, 0 for Q8_0), the MMA's
+ * accumulator input. Written by mvx_stage_kernel, and by the flash decode of an exact chunk for
+ * Wo's input (rl_att_args frag), from the same fp32 values: the same bytes. */
+__device__ __forceinline__ void mvx_put(uint8_t *frag, int c, int col, int ns, int k, const uint32_t *w2, float d,
+                                        int sum, int k8) {
+    uint8_t *f = frag + (size_t)c * MVX_FRAG;
+    for (int cc = col; cc < 16; cc += ns) {
+        const bool z = cc != col;
+        const int hi = cc >= 8, gi = cc % 8, t = gi / 2, slot = cc % 2 + 2 * hi;
+#pragma unroll
+        for (int h = 0; h < 2; h++) { /* int8 word j = 2k + h */
+            const int j = 2 * k + h;
+            *(uint32_t *)(f + (4 * gi + j % 4) * 16 + (2 * hi + j / 4) * 4) = z ? 0u : w2[h];
+        }
+        if (k == 0) {
+            *(float *)(f + 512 + 32 * t + 4 * slot) = z ? 0.0f : d;
+            *(int *)(f + 512 + 32 * t + 16 + 4 * slot) = z ? MVX_MAGIC : MVX_MAGIC - k8 * sum;
+        }
+    }
+}
+
 /* The prologue's loops over the input load B values per thread before using any: a plain
  * strided loop waits out one load's latency per iteration (at n = 11008 and 512 threads that
  * was 22 round trips to L2 in a row, most of a 7B down projection's 22 us under ncu). Each

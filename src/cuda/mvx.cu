@@ -63,7 +63,6 @@ __device__ __forceinline__ void mma_s8(int *d, const uint32_t *a, uint32_t b0, u
 /* (float)v for an integer |v| < 2^22 without the quarter-rate I2F: the float with bits
  * 0x4B400000 + v is 1.5 * 2^23 + v exactly (its unit in the last place is 1 there), and the
  * subtraction is exact. The one-token kernels' (float)dot is exact too: the same value. */
-#define MVX_MAGIC 0x4B400000
 __device__ __forceinline__ float mvx_i2f(int biased) { return __int_as_float(biased) - 12582912.0f; }
 
 /* Tiles of a launch: 16 rows of a segment (the last one of a segment partial), or with GLU 8
@@ -125,21 +124,8 @@ __global__ void mvx_stage_kernel(const rl_mv_args a) {
     int sum;
     const float d = i8_quarter(e, w2, &sum); /* every lane of the warp */
     if (!on) return;
-    uint8_t *f = (uint8_t *)a.scratch + (size_t)ns * col_bytes(n) + (size_t)c * MVX_FRAG;
-    const int k8 = a.seg[0].w.type == RL_Q4_0 ? 8 : 0;
-    for (int cc = col; cc < 16; cc += ns) { /* this column, then the zero columns col + ns, ... below 16 */
-        const bool z = cc != col;
-        const int hi = cc >= 8, gi = cc % 8, t = gi / 2, slot = cc % 2 + 2 * hi;
-#pragma unroll
-        for (int h = 0; h < 2; h++) { /* int8 word j = 2k + h */
-            const int j = 2 * k + h;
-            *(uint32_t *)(f + (4 * gi + j % 4) * 16 + (2 * hi + j / 4) * 4) = z ? 0u : w2[h];
-        }
-        if (k == 0) {
-            *(float *)(f + 512 + 32 * t + 4 * slot) = z ? 0.0f : d;
-            *(int *)(f + 512 + 32 * t + 16 + 4 * slot) = z ? MVX_MAGIC : MVX_MAGIC - k8 * sum;
-        }
-    }
+    /* the plane rl_mvx_plane names */
+    mvx_put((uint8_t *)a.scratch + (size_t)ns * col_bytes(n), c, col, ns, k, w2, d, sum, a.seg[0].w.type == RL_Q4_0 ? 8 : 0);
 }
 
 /* The copy cursor of one thread: the cp.async copies of this block's stages, one round (16 rows x
@@ -373,6 +359,11 @@ bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
     return rl_mv_planes_aligned(a, 16, true);
 }
 
+uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8) {
+    *k8 = a->seg[0].w.type == RL_Q4_0 ? 8 : 0;
+    return (uint8_t *)a->scratch + (size_t)a->ns * col_bytes(a->n);
+}
+
 int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st) {
     const bool glu = a->mode == RL_MV_GLU;
     const uint32_t type = a->seg[0].w.type;
@@ -382,12 +373,13 @@ int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int sta
      * measured +4.5% / +7.5% at S=16 on TinyLlama Q4_0 / Q8_0 (8-warp staging blocks) but -1.2
      * to -1.7% on 7B / 8B (16-warp blocks) (docs/PERF.md v2.12) */
     const bool spdl = k->pdl == 1 || (k->pdl == 2 && stage_warps <= 8);
-    if (rl_launch(mvx_stage_kernel, dim3(a->ns, slices), dim3(stage_warps * 32), 0, st, spdl, *a)) return -1;
+    if (!a->staged && rl_launch(mvx_stage_kernel, dim3(a->ns, slices), dim3(stage_warps * 32), 0, st, spdl, *a))
+        return -1;
     mvx_fn f = type == RL_Q4_0 ? mvx_pick<RL_Q4_0>(glu, a->ns) : mvx_pick<RL_Q8_0>(glu, a->ns);
     const size_t smem = mvx_smem(type);
     int occ = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, MVX_WARPS * 32, smem) != cudaSuccess || occ < 1) occ = 1;
     const int tiles = mvx_tiles(*a, glu), cap = occ * n_sm, blocks = tiles < cap ? tiles : cap;
     /* PDL (knob 1 or 2): the first rounds' weights are copied while the staging runs */
-    return rl_launch(f, dim3(blocks), dim3(MVX_WARPS * 32), smem, st, k->pdl != 0, *a) ? -1 : 2;
+    return rl_launch(f, dim3(blocks), dim3(MVX_WARPS * 32), smem, st, k->pdl != 0, *a) ? -1 : a->staged ? 1 : 2;
 }
