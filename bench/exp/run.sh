@@ -2,7 +2,7 @@
 # (build-dev/bins.tar.xz: main, main + scale-free.patch, main + exp-prologue.patch, main +
 # lean-loop.patch, for sm_90a), copy the llama SPM test vocabulary to .dev/cuda, and carry
 # build-dev and .dev/cuda. One mode per call (each fits the 600 s of a call):
-#   bash bench/exp/run.sh tests-lean   tests/cuda/run_device.sh "k e r g b" on the lean build (or
+#   bash bench/exp/run.sh tests-lean   tests/cuda/run_device.sh "k e r g b" (or TSTAGES) on the lean build (or
 #                                      tests-VARIANT on any variant carried: lean1, leanG, ...),
 #                                      and its test_cuda in 16-warp blocks with RQ2's two-round
 #                                      stages (RL_CUDA_RQ2_ROUNDS=2)
@@ -80,7 +80,7 @@ case $MODE in
 tests-*)
   v=${MODE#tests-}; [ -x /tmp/b/$v/test_cuda ] || { echo "no build of $v here"; exit 2; }
   rm -rf /tmp/bd && mkdir -p /tmp/bd && cp /tmp/b/$v/* /tmp/bd/
-  OUT=/tmp/rl-out-$v bash tests/cuda/run_device.sh /tmp/bd "k e r g b"
+  OUT=/tmp/rl-out-$v bash tests/cuda/run_device.sh /tmp/bd "${TSTAGES:-k e r g b}"
   cat /tmp/rl-out-$v/summary.txt
   if [ "${v#lean}" != "$v" ]; then
     RL_CUDA_MV_WARPS=16 /tmp/bd/test_cuda > /tmp/tc16.log 2>&1; echo "test_cuda, 16 warps: $(tail -1 /tmp/tc16.log)"
