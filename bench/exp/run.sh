@@ -26,9 +26,9 @@
 #                                      and pp128 with -b 1 (v2.12's commands), two rounds, on
 #                                      CHUNKS="tl 7b 8b 7bq8" by default
 #   bash bench/exp/run.sh astage       an exact chunk's Wo input staged by the flash decode
-#                                      (RL_CUDA_ATT_STAGE, session 32): chunk logits (-b 4/8/16)
-#                                      = one-token logits, knob on and off, 40 ids and TinyLlama
-#                                      at 300 (merged splits); launches a chunk; S=1 and S=16
+#                                      (RL_CUDA_ATT_STAGE, session 32): chunk logits (-b 16; on
+#                                      TinyLlama 4/8/16) = one-token logits, knob on and off, 40
+#                                      ids and TinyLlama at 300 (merged splits); S=1 and S=16
 #                                      with the knob off / on alternated, two rounds
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
@@ -166,10 +166,12 @@ astage)
   for f in $F; do for n in 40 300; do
     [ $n = 300 ] && [ $f != tl ] && continue
     IDS=$(seq 1 $n | tr '\n' ' ')
-    for v in 1 0; do for b in 1 4 8 16; do
+    B="1 16"; [ $f = tl ] && B="1 4 8 16"; L=
+    for v in 1 0; do for b in $B; do
       RL_CUDA_ATT_STAGE=$v $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$IDS" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
+      L="$L /tmp/lg-$v-$b.bin"
     done; done
-    same "$n ids: -b 1 = 4 = 8 = 16, stage on and off" /tmp/lg-1-1.bin /tmp/lg-1-4.bin /tmp/lg-1-8.bin /tmp/lg-1-16.bin /tmp/lg-0-1.bin /tmp/lg-0-4.bin /tmp/lg-0-8.bin /tmp/lg-0-16.bin
+    same "$n ids: -b $(echo $B | tr ' ' =), stage on and off" $L; rm -f $L
   done; done
   for v in 1 0; do RL_CUDA_ATT_STAGE=$v $M bench --device cuda --prefill exact -m /tmp/m/tl.gguf -p 16 -n 0 -r 1 --no-ceiling --json 2>/dev/null | tail -1 |
     python3 -c "import json,sys;d=json.load(sys.stdin);print('tl ATT_STAGE=$v: launches_per_token (the last graph run)',d.get('launches_per_token'))"; done
