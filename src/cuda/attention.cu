@@ -161,26 +161,30 @@ void rl_rope_kv_prefill_launch(const rl_att_args *a, const float2 *tab, cudaStre
     rope_kv_flat_kernel<<<dim3(bx, a->n_tok < 65535 ? a->n_tok : 65535), 256, 0, st>>>(*a, tab);
 }
 
-template <int HJ, bool Q8>
+/* ST: an exact chunk whose flash decode also stages Wo's input (a.frag set); a template flag, so
+ * that decoding's kernel has none of its code (as a runtime test it cost TinyLlama's one-token
+ * rate ~1.3%, docs/PERF.md v2.29) */
+template <int HJ, bool Q8, bool ST>
 __global__ void __launch_bounds__(ATT_THREADS, 8) flash_decode_kernel(const rl_att_args a) {
     extern __shared__ float sm[];
     __shared__ float red[32];
     __shared__ int ticket;
     rl_pdl_trigger();
     rl_pdl_wait();
-    flash_decode_block<HJ, Q8>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, red, &ticket, rl_grp{0, ATT_THREADS});
+    flash_decode_block<HJ, Q8, false, ST>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, red, &ticket, rl_grp{0, ATT_THREADS});
 }
 
 typedef void (*att_fn)(const rl_att_args);
 
-template <bool Q8> static att_fn att_pick(int hj) {
-    return hj <= 1 ? flash_decode_kernel<1, Q8> : hj <= 2 ? flash_decode_kernel<2, Q8>
-                   : hj <= 4 ? flash_decode_kernel<4, Q8> : flash_decode_kernel<8, Q8>;
+template <bool Q8, bool ST> static att_fn att_pick(int hj) {
+    return hj <= 1 ? flash_decode_kernel<1, Q8, ST> : hj <= 2 ? flash_decode_kernel<2, Q8, ST>
+                   : hj <= 4 ? flash_decode_kernel<4, Q8, ST> : flash_decode_kernel<8, Q8, ST>;
 }
 
 static att_fn att_kernel(const rl_att_args *a) {
     const int hj = (a->hd + 63) / 64;
-    return a->kd ? att_pick<true>(hj) : att_pick<false>(hj);
+    if (a->frag) return a->kd ? att_pick<true, true>(hj) : att_pick<false, true>(hj);
+    return a->kd ? att_pick<true, false>(hj) : att_pick<false, false>(hj);
 }
 
 size_t rl_attention_smem(const rl_att_args *a) {
@@ -191,7 +195,8 @@ int rl_attention_prepare(const rl_att_args *a) {
     const size_t smem = rl_attention_smem(a);
     if (smem <= 48 * 1024) return 0;
     const int hj = (a->hd + 63) / 64;
-    for (att_fn f : {att_pick<false>(hj), att_pick<true>(hj)}) { /* either cache type */
+    for (att_fn f : {att_pick<false, false>(hj), att_pick<true, false>(hj), att_pick<false, true>(hj),
+                     att_pick<true, true>(hj)}) { /* either cache type, staging or not */
         cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err != cudaSuccess) return (int)err;
     }

@@ -55,9 +55,10 @@ __device__ __forceinline__ void att_stage_out(const rl_att_args &a, int h, int z
 
 /* Flash-decode block (head h, split s, token z), computed by the ATT_THREADS threads of group g
  * (their own barrier; the kernel below: the whole block). sm: rl_attention_smem(a) bytes of
- * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: rl_ld_cg (kernels.h). The split
- * partials are written by other blocks of the same launch in either kernel: always from L2. */
-template <int HJ, bool Q8, bool CG = false>
+ * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: rl_ld_cg
+ * (kernels.h); ST: the outputs also staged for Wo (att_stage_out). The split partials are
+ * written by other blocks of the same launch in either kernel: always from L2. */
+template <int HJ, bool Q8, bool CG = false, bool ST = false>
 __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, int s, int z, float *sm, float *red,
                                                    int *ticket_p, rl_grp g) {
     int &ticket = *ticket_p;
@@ -206,9 +207,9 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
             float o = 0.0f;
             for (int w = 0; w < nw; w++) o += ow[w * hd + d];
             oz[h * hd + d] = o / l;
-            if (a.frag) qs[d] = o / l; /* q is used up */
+            if constexpr (ST) qs[d] = o / l; /* q is used up */
         }
-        if (a.frag) {
+        if constexpr (ST) {
             g.sync();
             att_stage_out(a, h, z, qs, t);
         }
@@ -280,10 +281,10 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
     for (int i = 0; i < DI; i++)
         if (t + i * nt < hd) {
             oz[h * hd + t + i * nt] = O[i] / L[i];
-            if (a.frag) qs[t + i * nt] = O[i] / L[i];
+            if constexpr (ST) qs[t + i * nt] = O[i] / L[i];
         }
     if (t == 0) cz[h] = 0;
-    if (a.frag) {
+    if constexpr (ST) {
         g.sync();
         att_stage_out(a, h, z, qs, t);
     }
