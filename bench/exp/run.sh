@@ -80,7 +80,8 @@ case $MODE in
 tests-*)
   v=${MODE#tests-}; [ -x /tmp/b/$v/test_cuda ] || { echo "no build of $v here"; exit 2; }
   rm -rf /tmp/bd && mkdir -p /tmp/bd && cp /tmp/b/$v/* /tmp/bd/
-  OUT=/tmp/rl-out-$v bash tests/cuda/run_device.sh /tmp/bd "${TSTAGES:-k e r g b}"
+  # TTIME: a limit on run_device.sh itself (a timeout around run.sh leaves it running alone)
+  OUT=/tmp/rl-out-$v timeout ${TTIME:-560} bash tests/cuda/run_device.sh /tmp/bd "${TSTAGES:-k e r g b}"
   cat /tmp/rl-out-$v/summary.txt
   if [ "${v#lean}" != "$v" ]; then
     RL_CUDA_MV_WARPS=16 /tmp/bd/test_cuda > /tmp/tc16.log 2>&1; echo "test_cuda, 16 warps: $(tail -1 /tmp/tc16.log)"
