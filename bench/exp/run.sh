@@ -30,6 +30,9 @@
 #                                      TinyLlama 4/8/16) = one-token logits, knob on and off, 40
 #                                      ids and TinyLlama at 300 (merged splits); S=1 and S=16
 #                                      with the knob off / on alternated, two rounds
+#   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32, not yet run): down's chunk
+#                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
+#                                      the knob on and off, S=16 off / on alternated, two rounds
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -180,8 +183,23 @@ astage)
     set -- $(pp $M "-b 1" $f 128) $(RL_CUDA_ATT_STAGE=0 pp $M "" $f 512) $(RL_CUDA_ATT_STAGE=1 pp $M "" $f 512)
     python3 -c "print('%-6s r$r S=1 %7.1f ± %4.1f  S=16 stage off %8.1f ± %5.1f (%5.2fx)  on %8.1f ± %5.1f (%5.2fx)'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0,$5,$6,$5/$1 if $1 else 0))"
   done; done ;;
+stage8)
+  # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there
+  F=${CHUNKS:-7b 8b 7bq8}; models $F
+  IDS=$(seq 1 40 | tr '\n' ' ')
+  for f in $F; do L=
+    for v in 0 1; do for b in 1 16; do
+      RL_CUDA_MVX_STAGE8=$v $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$IDS" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
+      L="$L /tmp/lg-$v-$b.bin"
+    done; done
+    same "40 ids: -b 1 = 16, STAGE8 off and on" $L; rm -f $L
+  done
+  for r in 1 2; do for f in $F; do
+    set -- $(RL_CUDA_MVX_STAGE8=0 pp $M "" $f 512) $(RL_CUDA_MVX_STAGE8=1 pp $M "" $f 512)
+    python3 -c "print('%-6s r$r S=16 STAGE8 off %8.1f ± %5.1f  on %8.1f ± %5.1f  (%+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0))"
+  done; done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, stage8, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

@@ -169,6 +169,10 @@ struct rl_cuda_knobs {
     int att_stage;       /* in such a chunk the flash decode writes Wo's int8 input itself, one
                             launch a layer fewer (RL_CUDA_ATT_STAGE: 1 default, 0 Wo's own
                             staging launch); the same bits */
+    int mvx_stage8;      /* such a chunk's staging of an input without a norm (down's; Wo's
+                            where the attention does not stage it) in blocks of at most 8 warps,
+                            so with PDL under RL_CUDA_PDL=2 (RL_CUDA_MVX_STAGE8: 0 default, the
+                            one-token kernel's block size; 1); the same bits. Not yet measured */
     int pf_mma;          /* the fast prefill's attention on fp16 tensor cores where it applies
                             (RL_CUDA_PF_MMA: 1 default, 0 the fp32 CUDA-core kernel) */
     int pf_rope_tab;     /* the fast prefill's RoPE angles from a per-chunk table

@@ -368,6 +368,9 @@ int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int sta
     const bool glu = a->mode == RL_MV_GLU;
     const uint32_t type = a->seg[0].w.type;
     if (a->ns != 4 && a->ns != 8 && a->ns != 16) return -1;
+    /* without a norm no sum depends on the block's size (each chunk is rounded on its own), so
+     * the knob may take 8-warp blocks, which launch with PDL under knob 2; the same bytes */
+    if (!a->norm_w && k->mvx_stage8 && stage_warps > 8) stage_warps = 8;
     const int per = stage_warps * 8, slices = (a->n / 32 + per - 1) / per; /* a quarter chunk per thread */
     /* PDL on the staging launch (knob 1; with 2, the default, for blocks of at most 8 warps):
      * measured +4.5% / +7.5% at S=16 on TinyLlama Q4_0 / Q8_0 (8-warp staging blocks) but -1.2
