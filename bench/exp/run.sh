@@ -75,6 +75,13 @@ tg() { local b=$1 f=$2 l=$3; shift 3
 same() { local l=$1 a=$2; shift 2
   for o in "$@"; do [ -s $a ] && cmp -s $a $o || { echo "$f ${ex:-fast}: $l: DIFFERENT or failed"; return; }; done
   echo "$f ${ex:-fast}: $l ($(sha256sum < $a | cut -c1-16))"; }
+# kbits KNOB "VALUES" "BATCHES" N: logits of ids 1..N by exact chunks of each of BATCHES (-b)
+# with the environment knob at each of VALUES, all the same bytes ($f: the file)
+kbits() { local k=$1 L= v b ids; ids=$(seq 1 $4 | tr '\n' ' ')
+  for v in $2; do for b in $3; do
+    env $k=$v $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$ids" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
+    L="$L /tmp/lg-$v-$b.bin"; done; done
+  same "$4 ids: -b $(echo $3 | tr ' ' =), $k $(echo $2 | tr ' ' /)" $L; rm -f $L; }
 # pp BINARY FLAGS FILE N: "tok/s sd" of an exact prefill of N ids (chunks)
 pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
   python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
@@ -167,18 +174,10 @@ chunks)
   done; done ;;
 astage)
   F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
-  for f in $F; do for n in 40 300; do
-    [ $n = 300 ] && [ $f != tl ] && continue
-    IDS=$(seq 1 $n | tr '\n' ' ')
-    B="1 16"; [ $f = tl ] && B="1 4 8 16"; L=
-    for v in 1 0; do for b in $B; do
-      RL_CUDA_ATT_STAGE=$v $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$IDS" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
-      L="$L /tmp/lg-$v-$b.bin"
-    done; done
-    same "$n ids: -b $(echo $B | tr ' ' =), stage on and off" $L; rm -f $L
-  done; done
-  for v in 1 0; do RL_CUDA_ATT_STAGE=$v $M bench --device cuda --prefill exact -m /tmp/m/tl.gguf -p 16 -n 0 -r 1 --no-ceiling --json 2>/dev/null | tail -1 |
-    python3 -c "import json,sys;d=json.load(sys.stdin);print('tl ATT_STAGE=$v: launches_per_token (the last graph run)',d.get('launches_per_token'))"; done
+  for f in $F; do
+    if [ $f = tl ]; then kbits RL_CUDA_ATT_STAGE "1 0" "1 4 8 16" 40; kbits RL_CUDA_ATT_STAGE "1 0" "1 4 8 16" 300
+    else kbits RL_CUDA_ATT_STAGE "1 0" "1 16" 40; fi
+  done
   for r in 1 2; do for f in $F; do
     set -- $(pp $M "-b 1" $f 128) $(RL_CUDA_ATT_STAGE=0 pp $M "" $f 512) $(RL_CUDA_ATT_STAGE=1 pp $M "" $f 512)
     python3 -c "print('%-6s r$r S=1 %7.1f ± %4.1f  S=16 stage off %8.1f ± %5.1f (%5.2fx)  on %8.1f ± %5.1f (%5.2fx)'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0,$5,$6,$5/$1 if $1 else 0))"
@@ -186,14 +185,7 @@ astage)
 stage8)
   # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there
   F=${CHUNKS:-7b 8b 7bq8}; models $F
-  IDS=$(seq 1 40 | tr '\n' ' ')
-  for f in $F; do L=
-    for v in 0 1; do for b in 1 16; do
-      RL_CUDA_MVX_STAGE8=$v $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$IDS" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
-      L="$L /tmp/lg-$v-$b.bin"
-    done; done
-    same "40 ids: -b 1 = 16, STAGE8 off and on" $L; rm -f $L
-  done
+  for f in $F; do kbits RL_CUDA_MVX_STAGE8 "0 1" "1 16" 40; done
   for r in 1 2; do for f in $F; do
     set -- $(RL_CUDA_MVX_STAGE8=0 pp $M "" $f 512) $(RL_CUDA_MVX_STAGE8=1 pp $M "" $f 512)
     python3 -c "print('%-6s r$r S=16 STAGE8 off %8.1f ± %5.1f  on %8.1f ± %5.1f  (%+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0))"
