@@ -1265,6 +1265,97 @@ extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_er
     return rc;
 }
 
+extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv,
+                                      int hd, int nt, int pos, int split, uint32_t type, bool *same, rl_err *e) {
+    const int qd = n_head * hd, n_ctx = pos + nt, n_split = (n_ctx + split - 1) / split;
+    const size_t nq = (size_t)nt * qd, nkv = (size_t)n_ctx * n_head_kv * hd, sb = rl_mv_scratch_bytes(qd, nt),
+                 pb = (size_t)nt * n_head * n_split * (hd + 2) * 4;
+    if ((nt != 4 && nt != 8 && nt != 16) || hd % 32 || (type != RL_Q4_0 && type != RL_Q8_0))
+        return rl_fail(e, "attention staging test: %d tokens, head size %d, type %u", nt, hd, type);
+    rl_cuda_knobs k;
+    if (read_knobs(&k, e)) return -1;
+    k.pdl = 0; /* lone launches on the legacy stream */
+    float *dq = NULL, *o1 = NULL, *o2 = NULL, *part = NULL;
+    uint16_t *dk = NULL, *dv = NULL;
+    uint8_t *s1 = NULL, *s2 = NULL;
+    int *cnt = NULL;
+    rl_cuda_io *io = NULL, hio;
+    memset(&hio, 0, sizeof hio);
+    hio.pos = pos;
+    int rc = 0;
+    if (cudaMalloc(&dq, nq * 4) || cudaMalloc(&dk, nkv * 2) || cudaMalloc(&dv, nkv * 2) || cudaMalloc(&o1, nq * 4) ||
+        cudaMalloc(&o2, nq * 4) || cudaMalloc(&part, pb) || cudaMalloc(&cnt, (size_t)nt * n_head * 4) ||
+        cudaMalloc(&s1, sb) || cudaMalloc(&s2, sb) || cudaMalloc(&io, sizeof *io) ||
+        cudaMemcpy(dq, q, nq * 4, cudaMemcpyHostToDevice) || cudaMemcpy(dk, kc, nkv * 2, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(dv, vc, nkv * 2, cudaMemcpyHostToDevice) || cudaMemcpy(io, &hio, sizeof hio, cudaMemcpyHostToDevice) ||
+        cudaMemset(cnt, 0, (size_t)nt * n_head * 4) || cudaMemset(s1, 0xa5, sb) || cudaMemset(s2, 0xa5, sb))
+        rc = rl_fail(e, "CUDA: attention staging test setup failed");
+    if (!rc) {
+        rl_att_args t;
+        memset(&t, 0, sizeof t);
+        t.q = dq;
+        t.kc = dk;
+        t.vc = dv;
+        t.n_head = n_head;
+        t.n_head_kv = n_head_kv;
+        t.hd = t.rope_dim = hd;
+        t.n_ctx = n_ctx;
+        t.part = part;
+        t.count = cnt;
+        t.io = io;
+        t.n_split = n_split;
+        t.split = t.split_max = split;
+        t.max_split = n_split; /* no widening */
+        t.n_tok = nt;
+        t.tok_stride = qd;
+        /* Wo's arguments as layer_args makes them (only the type, input and scratch matter to
+         * the staging) */
+        rl_mv_args w;
+        memset(&w, 0, sizeof w);
+        w.seg[0].w.type = type;
+        w.nseg = 1;
+        w.n = qd;
+        w.ns = nt;
+        w.fast = true;
+        w.x = o2;
+        w.scratch = s2;
+        rl_mv_args w1 = w;
+        w1.scratch = s1;
+        /* run 1: the flash decode stages the plane itself; run 2: its output, then the staging kernel */
+        rl_att_args t1 = t, t2 = t;
+        t1.out = o1;
+        t1.frag = rl_mvx_plane(&w1, &t1.frag_k8);
+        t2.out = o2;
+        uint8_t *h1 = (uint8_t *)malloc(sb), *h2 = (uint8_t *)malloc(sb), *y1 = (uint8_t *)malloc(nq * 4),
+                *y2 = (uint8_t *)malloc(nq * 4);
+        int st = !h1 || !h2 || !y1 || !y2 ? -1 : rl_attention_prepare(&t);
+        if (!st) st = rl_attention_launch(&t1, false, 0);
+        if (!st) st = rl_attention_launch(&t2, false, 0);
+        if (st || rl_mvx_stage_launch(&w, &k, 8, 0) || cudaDeviceSynchronize() ||
+            cudaMemcpy(h1, s1, sb, cudaMemcpyDeviceToHost) || cudaMemcpy(h2, s2, sb, cudaMemcpyDeviceToHost) ||
+            cudaMemcpy(y1, o1, nq * 4, cudaMemcpyDeviceToHost) || cudaMemcpy(y2, o2, nq * 4, cudaMemcpyDeviceToHost))
+            rc = rl_fail(e, "CUDA: attention staging test failed: %s", cudaGetErrorString(cudaGetLastError()));
+        /* the plane is what follows the staged columns; the bytes before it neither run writes */
+        const size_t p0 = (size_t)(t1.frag - s1);
+        *same = !rc && !memcmp(y1, y2, nq * 4) && !memcmp(h1 + p0, h2 + p0, sb - p0);
+        free(h1);
+        free(h2);
+        free(y1);
+        free(y2);
+    }
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(o1);
+    cudaFree(o2);
+    cudaFree(part);
+    cudaFree(cnt);
+    cudaFree(s1);
+    cudaFree(s2);
+    cudaFree(io);
+    return rc;
+}
+
 extern "C" int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head,
                                               int n_head_kv, int hd, int n_tok, int pos0, bool mma, uint16_t *out,
                                               bool *used, rl_err *e) {

@@ -223,6 +223,8 @@ bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The fragment plane of a's chunk (in a->scratch after the staged columns) and its k8 (*k8). */
 uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8);
+/* The staging launch alone (rl_mvx_launch's first; the test hooks): 0, or -1 on a launch error. */
+int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_warps, cudaStream_t st);
 int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st);
 /* Raises its kernels' dynamic shared-memory limit (at open); cudaError_t. */
 int rl_mvx_prepare(void);

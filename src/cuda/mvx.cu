@@ -364,10 +364,7 @@ uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8) {
     return (uint8_t *)a->scratch + (size_t)a->ns * col_bytes(a->n);
 }
 
-int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st) {
-    const bool glu = a->mode == RL_MV_GLU;
-    const uint32_t type = a->seg[0].w.type;
-    if (a->ns != 4 && a->ns != 8 && a->ns != 16) return -1;
+int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_warps, cudaStream_t st) {
     /* without a norm no sum depends on the block's size (each chunk is rounded on its own), so
      * the knob may take 8-warp blocks, which launch with PDL under knob 2; the same bytes */
     if (!a->norm_w && k->mvx_stage8 && stage_warps > 8) stage_warps = 8;
@@ -376,8 +373,14 @@ int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int sta
      * measured +4.5% / +7.5% at S=16 on TinyLlama Q4_0 / Q8_0 (8-warp staging blocks) but -1.2
      * to -1.7% on 7B / 8B (16-warp blocks) (docs/PERF.md v2.12) */
     const bool spdl = k->pdl == 1 || (k->pdl == 2 && stage_warps <= 8);
-    if (!a->staged && rl_launch(mvx_stage_kernel, dim3(a->ns, slices), dim3(stage_warps * 32), 0, st, spdl, *a))
-        return -1;
+    return rl_launch(mvx_stage_kernel, dim3(a->ns, slices), dim3(stage_warps * 32), 0, st, spdl, *a) ? -1 : 0;
+}
+
+int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st) {
+    const bool glu = a->mode == RL_MV_GLU;
+    const uint32_t type = a->seg[0].w.type;
+    if (a->ns != 4 && a->ns != 8 && a->ns != 16) return -1;
+    if (!a->staged && rl_mvx_stage_launch(a, k, stage_warps, st)) return -1;
     mvx_fn f = type == RL_Q4_0 ? mvx_pick<RL_Q4_0>(glu, a->ns) : mvx_pick<RL_Q8_0>(glu, a->ns);
     const size_t smem = mvx_smem(type);
     int occ = 0;

@@ -318,6 +318,42 @@ static void test_prefill_attention(void) {
     }
 }
 
+/* An exact chunk's flash decode that also writes Wo's tensor-core input (RL_CUDA_ATT_STAGE)
+ * against its own output staged by the chunk's staging kernel: the same plane, byte for byte,
+ * and the same output. Head sizes 64 (TinyLlama), 96 and 128, grouped and plain heads, chunks of
+ * 16, 8 and 4, one attention split and several (the merging block stages), Q4_0's and Q8_0's
+ * integer terms. */
+static void test_att_stage(void) {
+    const int cases[][6] = {/* n_head, n_head_kv, hd, tokens, pos, split */
+                            {32, 4, 64, 16, 20, 128}, {32, 4, 64, 16, 300, 128}, {8, 8, 128, 8, 3, 128},
+                            {8, 8, 128, 16, 200, 64}, {6, 2, 96, 4, 50, 32}, {4, 1, 256, 16, 90, 128}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], nt = cases[ci][3], pos = cases[ci][4],
+                  split = cases[ci][5];
+        const size_t nq = (size_t)nt * nh * hd, ncache = (size_t)(pos + nt) * nkv * hd;
+        float *q = malloc(nq * sizeof *q);
+        uint16_t *kc = malloc(ncache * 2), *vc = malloc(ncache * 2);
+        for (size_t i = 0; i < nq; i++) q[i] = 2.0f * frand();
+        for (size_t i = 0; i < ncache; i++) {
+            kc[i] = rl_f32_to_f16(frand());
+            vc[i] = rl_f32_to_f16(frand());
+        }
+        const uint32_t types[] = {RL_Q4_0, RL_Q8_0};
+        for (int ti = 0; ti < 2; ti++) {
+            rl_err e = {{0}};
+            bool same = false;
+            CHECK(rl_cuda_test_att_stage(q, kc, vc, nh, nkv, hd, nt, pos, split, types[ti], &same, &e) == 0, "%s", e.msg);
+            CHECK(same, "attention staging, heads %d/%d, hd %d, %d tokens at %d, split %d, %s: plane or output differs",
+                  nh, nkv, hd, nt, pos, split, rl_type_name(types[ti]));
+        }
+        printf("  attention staging heads %d/%d hd %3d, %2d tokens at %3d, split %3d: plane = the staging kernel's\n",
+               nh, nkv, hd, nt, pos, split);
+        free(q);
+        free(kc);
+        free(vc);
+    }
+}
+
 int main(void) {
     if (!rl_cuda_device_present()) {
         printf("test_cuda: no CUDA device, skipped\n");
@@ -354,5 +390,6 @@ int main(void) {
                 test_pair(firsts[t], RL_Q6_K, pshapes[s][0], pshapes[s][1], pshapes[s][2], (int)(s % 2 == 0), fast);
     test_argmax();
     test_prefill_attention();
+    test_att_stage();
     return check_report("test_cuda");
 }
