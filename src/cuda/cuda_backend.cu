@@ -1265,6 +1265,22 @@ extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_er
     return rc;
 }
 
+/* The attention test hooks' common part: q ([nq] fp32) and the f16 cache (k and v, [nkv] each)
+ * uploaded into a->q, a->kc, a->vc (the caller frees them, also after a failure), a's head shape
+ * set and the rest zero. */
+static int att_test_setup(rl_att_args *a, const float *q, const uint16_t *kc, const uint16_t *vc, size_t nq, size_t nkv,
+                          int n_head, int n_head_kv, int hd) {
+    memset(a, 0, sizeof *a);
+    a->n_head = n_head;
+    a->n_head_kv = n_head_kv;
+    a->hd = hd;
+    if (cudaMalloc(&a->q, nq * 4) || cudaMalloc(&a->kc, nkv * 2) || cudaMalloc(&a->vc, nkv * 2) ||
+        cudaMemcpy(a->q, q, nq * 4, cudaMemcpyHostToDevice) || cudaMemcpy(a->kc, kc, nkv * 2, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(a->vc, vc, nkv * 2, cudaMemcpyHostToDevice))
+        return -1;
+    return 0;
+}
+
 extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv,
                                       int hd, int nt, int pos, int split, uint32_t type, bool *same, rl_err *e) {
     const int qd = n_head * hd, n_ctx = pos + nt, n_split = (n_ctx + split - 1) / split;
@@ -1275,30 +1291,22 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
     rl_cuda_knobs k;
     if (read_knobs(&k, e)) return -1;
     k.pdl = 0; /* lone launches on the legacy stream */
-    float *dq = NULL, *o1 = NULL, *o2 = NULL, *part = NULL;
-    uint16_t *dk = NULL, *dv = NULL;
+    float *o1 = NULL, *o2 = NULL, *part = NULL;
     uint8_t *s1 = NULL, *s2 = NULL;
     int *cnt = NULL;
     rl_cuda_io *io = NULL, hio;
     memset(&hio, 0, sizeof hio);
     hio.pos = pos;
+    rl_att_args t;
     int rc = 0;
-    if (cudaMalloc(&dq, nq * 4) || cudaMalloc(&dk, nkv * 2) || cudaMalloc(&dv, nkv * 2) || cudaMalloc(&o1, nq * 4) ||
+    if (att_test_setup(&t, q, kc, vc, nq, nkv, n_head, n_head_kv, hd) || cudaMalloc(&o1, nq * 4) ||
         cudaMalloc(&o2, nq * 4) || cudaMalloc(&part, pb) || cudaMalloc(&cnt, (size_t)nt * n_head * 4) ||
         cudaMalloc(&s1, sb) || cudaMalloc(&s2, sb) || cudaMalloc(&io, sizeof *io) ||
-        cudaMemcpy(dq, q, nq * 4, cudaMemcpyHostToDevice) || cudaMemcpy(dk, kc, nkv * 2, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(dv, vc, nkv * 2, cudaMemcpyHostToDevice) || cudaMemcpy(io, &hio, sizeof hio, cudaMemcpyHostToDevice) ||
-        cudaMemset(cnt, 0, (size_t)nt * n_head * 4) || cudaMemset(s1, 0xa5, sb) || cudaMemset(s2, 0xa5, sb))
+        cudaMemcpy(io, &hio, sizeof hio, cudaMemcpyHostToDevice) || cudaMemset(cnt, 0, (size_t)nt * n_head * 4) ||
+        cudaMemset(s1, 0xa5, sb) || cudaMemset(s2, 0xa5, sb))
         rc = rl_fail(e, "CUDA: attention staging test setup failed");
     if (!rc) {
-        rl_att_args t;
-        memset(&t, 0, sizeof t);
-        t.q = dq;
-        t.kc = dk;
-        t.vc = dv;
-        t.n_head = n_head;
-        t.n_head_kv = n_head_kv;
-        t.hd = t.rope_dim = hd;
+        t.rope_dim = hd;
         t.n_ctx = n_ctx;
         t.part = part;
         t.count = cnt;
@@ -1343,9 +1351,9 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         free(y1);
         free(y2);
     }
-    cudaFree(dq);
-    cudaFree(dk);
-    cudaFree(dv);
+    cudaFree(t.q);
+    cudaFree(t.kc);
+    cudaFree(t.vc);
     cudaFree(o1);
     cudaFree(o2);
     cudaFree(part);
@@ -1360,23 +1368,12 @@ extern "C" int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc
                                               int n_head_kv, int hd, int n_tok, int pos0, bool mma, uint16_t *out,
                                               bool *used, rl_err *e) {
     const size_t nq = (size_t)n_tok * n_head * hd, nkv = (size_t)(pos0 + n_tok) * n_head_kv * hd;
-    float *dq = NULL;
-    uint16_t *dk = NULL, *dv = NULL;
     __half *dout = NULL;
+    rl_att_args a;
     int rc = 0;
-    if (cudaMalloc(&dq, nq * 4) || cudaMalloc(&dk, nkv * 2) || cudaMalloc(&dv, nkv * 2) ||
-        cudaMalloc(&dout, nq * 2) || cudaMemcpy(dq, q, nq * 4, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(dk, kc, nkv * 2, cudaMemcpyHostToDevice) || cudaMemcpy(dv, vc, nkv * 2, cudaMemcpyHostToDevice))
+    if (att_test_setup(&a, q, kc, vc, nq, nkv, n_head, n_head_kv, hd) || cudaMalloc(&dout, nq * 2))
         rc = rl_fail(e, "CUDA: prefill attention test setup failed");
     if (!rc) {
-        rl_att_args a;
-        memset(&a, 0, sizeof a);
-        a.q = dq;
-        a.kc = dk;
-        a.vc = dv;
-        a.n_head = n_head;
-        a.n_head_kv = n_head_kv;
-        a.hd = hd;
         a.n_tok = n_tok;
         a.tok_stride = n_head * hd;
         a.pos0 = pos0;
@@ -1386,9 +1383,9 @@ extern "C" int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc
             rc = rl_fail(e, "CUDA: prefill attention test failed: %s",
                          cudaGetErrorString(st ? (cudaError_t)st : cudaGetLastError()));
     }
-    cudaFree(dq);
-    cudaFree(dk);
-    cudaFree(dv);
+    cudaFree(a.q);
+    cudaFree(a.kc);
+    cudaFree(a.vc);
     cudaFree(dout);
     return rc;
 }
