@@ -718,6 +718,11 @@ __host__ __device__ inline size_t col_bytes(int n) { return (stage_bytes(n, true
  * staged columns in the chunk's scratch (rl_mv_scratch_bytes). */
 #define MVX_FRAG 640
 __host__ __device__ inline size_t mvx_frag_bytes(int n) { return (size_t)(n / 32) * MVX_FRAG; }
+/* Where a chunk's plane lies (after its ns staged columns), and its term's k8 (below). */
+__host__ __device__ inline uint8_t *mvx_plane(const rl_mv_args &a) {
+    return (uint8_t *)a.scratch + (size_t)a.ns * col_bytes(a.n);
+}
+__host__ __device__ inline int mvx_k8(const rl_mv_args &a) { return a.seg[0].w.type == RL_Q4_0 ? 8 : 0; }
 
 /* The float with bits MVX_MAGIC + v is 1.5 * 2^23 + v for an integer |v| < 2^22 (mvx_i2f, mvx.cu). */
 #define MVX_MAGIC 0x4B400000

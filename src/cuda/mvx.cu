@@ -124,8 +124,7 @@ __global__ void mvx_stage_kernel(const rl_mv_args a) {
     int sum;
     const float d = i8_quarter(e, w2, &sum); /* every lane of the warp */
     if (!on) return;
-    /* the plane rl_mvx_plane names */
-    mvx_put((uint8_t *)a.scratch + (size_t)ns * col_bytes(n), c, col, ns, k, w2, d, sum, a.seg[0].w.type == RL_Q4_0 ? 8 : 0);
+    mvx_put(mvx_plane(a), c, col, ns, k, w2, d, sum, mvx_k8(a));
 }
 
 /* The copy cursor of one thread: the cp.async copies of this block's stages, one round (16 rows x
@@ -191,7 +190,7 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 2) mvx_kernel(const rl_mv_args
     __shared__ float fin[16][NS + 1];
     rl_pdl_trigger();
     const int n = a.n, nch = n / 32, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const uint8_t *frag = (const uint8_t *)a.scratch + (size_t)a.ns * col_bytes(n);
+    const uint8_t *frag = mvx_plane(a);
     const int tiles = mvx_tiles(a, GLU), R = (nch + 31) / 32;
     /* this block's tiles; their rounds are one sequence of stages */
     const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
@@ -360,8 +359,8 @@ bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
 }
 
 uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8) {
-    *k8 = a->seg[0].w.type == RL_Q4_0 ? 8 : 0;
-    return (uint8_t *)a->scratch + (size_t)a->ns * col_bytes(a->n);
+    *k8 = mvx_k8(*a);
+    return mvx_plane(*a);
 }
 
 int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_warps, cudaStream_t st) {
