@@ -4,10 +4,9 @@
 # with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
-# epilogue flushes), each into its own build-dev/VARIANT.tar.xz. (mvx-trim.patch landed in
-# session 32: the mvxt variant is gone.)
-# (qkv-dual.patch and f16-pipe.patch landed in session 30: the f16* and dual variants are gone,
-# run.sh dual times main's RL_CUDA_MVS2.)
+# epilogue flushes), each into its own build-dev/VARIANT.tar.xz. (Landed, their variants gone:
+# qkv-dual.patch and f16-pipe.patch in session 30, run.sh dual timing main's RL_CUDA_MVS2;
+# mvx-trim.patch in session 32.)
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'

@@ -1,9 +1,9 @@
-# Device script (carry build-dev and .dev/cuda, as run.sh): ncu of exact chunks of 16, the
-# per-kernel durations of one chunk (clocks and caches as found: --clock-control none
-# --cache-control none) for each build in CP_BINS (default main), summed per kernel by
-# ncu_agg.py, then one gate+up mvx launch's issue and stall figures on 7B Q4_0. Question: which
-# kernels an exact chunk's time goes to and what mvx stalls on. First run in session 32 (docs/PERF.md
-# v2.29: mvx ~80% of a 7B chunk, latency-bound at 16 warps an SM, not issue-bound).
+# Device script (carry build-dev and .dev/cuda, as run.sh): ncu of `bench --prefill exact -p 16
+# -n 0 -r 1` (two chunks of 16 and one one-token step: docs/PERF.md v2.29 §2), every launch's
+# duration (clocks and caches as found: --clock-control none --cache-control none) for each
+# build in CP_BINS (default main), summed per kernel by ncu_agg.py, then one gate+up mvx
+# launch's issue and stall figures on 7B Q4_0. First run in session 32 (v2.29: mvx ~80% of a
+# 7B chunk, latency-bound at 16 warps an SM, not issue-bound).
 set -u; cd "$(dirname "$0")/../.."
 MODELS="${CP_MODELS:-tl 7b}" bash bench/exp/run.sh models | tail -1
 for v in ${CP_BINS:-main}; do M=/tmp/b/$v/rawloop
