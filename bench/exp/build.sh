@@ -19,7 +19,7 @@ for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD
-    case $v in main) rev=HEAD ;; *) rev=c207744 ;; esac
+    case $v in main|fma) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; *) patch= ;; esac
@@ -33,15 +33,19 @@ for v in $todo; do
     bins="build-h200/rawloop build-h200/test_cuda"
     case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
-    make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
+    # fma: HEAD with RL_Q8_FMA=1 (mv.cuh add_q8: the Q4_0 / Q8_0 terms' second product fused)
+    nv="$NV"; [ $v != fma ] || nv="$NV -DRL_Q8_FMA=1"
+    make -C "$src" BUILD=build-h200 NVFLAGS="$nv" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }
     mkdir -p "$out/$v" && (cd "$src" && cp $bins "$out/$v/") && strip "$out/$v"/*
     echo "$v: built"
 done
 # archives of what this run built only (an earlier run's leftovers in $out are not re-packed)
 built() { for b in "$@"; do case " $todo " in *" $b "*) return 0 ;; esac; done; return 1; }
-! built main sf exp lean || tar cJf build-dev/bins.tar.xz -C "$out" main sf exp lean
+# (those of main sf exp lean that $out holds: a fresh machine that built only main packs main)
+have=; for v in main sf exp lean; do [ ! -d "$out/$v" ] || have="$have $v"; done
+! built main sf exp lean || tar cJf build-dev/bins.tar.xz -C "$out" $have
 # lean + scale-free and lean's flush variants apart, so that run.sh finds them only where they
 # were built
-for v in lsf lean1 leanG; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
+for v in lsf lean1 leanG fma; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
 ls -la build-dev/*.tar.xz
