@@ -346,7 +346,9 @@ __device__ __forceinline__ float add_q8_term(float acc, float dwx, float dot) {
 }
 template <int T>
 __device__ __forceinline__ float add_q8(float acc, const raw_chunk<T> &r, const int *xw, float xd, int xsum) {
-    return add_q8_term(acc, __fmul_rn(h2f((uint16_t)r.d), xd), (float)idot_q8<T>(r, xw, xsum));
+    const int dot = idot_q8<T>(r, xw, xsum);
+    if constexpr (RL_Q8_FMA) return add_q8_term(acc, __fmul_rn(h2f((uint16_t)r.d), xd), (float)dot);
+    else return acc + __fmul_rn(__fmul_rn(h2f((uint16_t)r.d), xd), (float)dot); /* session 32's schedule */
 }
 
 /* Q4_K sub-block (codes q in Q4_0's order, k from its super-block's header: dequant.cuh) against
