@@ -206,8 +206,9 @@ fma)
     ids=$(seq 1 40 | tr '\n' ' ')
     rm -f /tmp/lg-*.bin; for b in $M $FM; do $b logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b 1 --ids "$ids" -o /tmp/lg-${b//\//_}.bin > /dev/null 2>&1; done
     python3 - /tmp/lg-${M//\//_}.bin /tmp/lg-${FM//\//_}.bin $f <<'PY'
-import sys, numpy as np
+import sys, hashlib, numpy as np
 a, b = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:3])
+print(sys.argv[3], "main, 40 ids one at a time:", hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()[:16])
 if a.size == 0 or a.size != b.size: print(sys.argv[3], "fma vs main: logits missing"); sys.exit()
 a, b = a.reshape(40, -1), b.reshape(40, -1)
 rel = max(np.abs(a[i] - b[i]).max() / np.abs(a[i]).max() for i in range(40))
