@@ -4,7 +4,8 @@
 # with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
-# epilogue flushes), each into its own build-dev/VARIANT.tar.xz. (Landed, their variants gone:
+# epilogue flushes) and fma (HEAD + q8-fma.patch, session 33), each into its own
+# build-dev/VARIANT.tar.xz. (Landed, their variants gone:
 # qkv-dual.patch and f16-pipe.patch in session 30, run.sh dual timing main's RL_CUDA_MVS2;
 # mvx-trim.patch in session 32.)
 set -eu
@@ -18,11 +19,12 @@ mkdir -p "$out" build-dev
 for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
-    # landed; main is HEAD
+    # landed; main is HEAD, and q8-fma.patch (session 33) applies to it
     case $v in main|fma) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; *) patch= ;; esac
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
+        fma) patch=q8-fma.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
     # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only
@@ -33,9 +35,7 @@ for v in $todo; do
     bins="build-h200/rawloop build-h200/test_cuda"
     case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
-    # fma: HEAD with RL_Q8_FMA=1 (mv.cuh add_q8: the Q4_0 / Q8_0 terms' second product fused)
-    nv="$NV"; [ $v != fma ] || nv="$NV -DRL_Q8_FMA=1"
-    make -C "$src" BUILD=build-h200 NVFLAGS="$nv" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
+    make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }
     mkdir -p "$out/$v" && (cd "$src" && cp $bins "$out/$v/") && strip "$out/$v"/*
     echo "$v: built"

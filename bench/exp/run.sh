@@ -34,7 +34,7 @@
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
 #                                      the knob on and off, S=16 off / on alternated, two rounds
 #   bash bench/exp/run.sh fma          the fma build (build.sh fma, carried as build-dev/fma.tar.xz:
-#                                      RL_Q8_FMA=1) against main: its chunks = its one-token
+#                                      HEAD + q8-fma.patch) against main: its chunks = its one-token
 #                                      logits (mvx and dp4a), its distance to main, S=1 and S=16
 #                                      of both alternated, two rounds (CHUNKS), its test_cuda
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
@@ -195,7 +195,7 @@ stage8)
     python3 -c "print('%-6s r$r S=16 STAGE8 off %8.1f ± %5.1f  on %8.1f ± %5.1f  (%+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0))"
   done; done ;;
 fma)
-  # the fma build (build.sh fma: RL_Q8_FMA=1) against main: its exact chunks (mvx and the dp4a
+  # the fma build (build.sh fma: HEAD + q8-fma.patch) against main: its exact chunks (mvx and the dp4a
   # kernel) = its one-token logits, its distance to main's logits, then S=1 and S=16 of both
   # alternated, two rounds (main's columns are also `chunks`'s figures), and its test_cuda
   FM=/tmp/b/fma/rawloop; [ -x $FM ] || { echo "no fma build carried (build-dev/fma.tar.xz)"; exit 2; }

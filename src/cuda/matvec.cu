@@ -337,7 +337,7 @@ mv_kernel(const rl_mv_args a) {
                         const int xw[8] = {xa.x, xa.y, xa.z, xa.w, xc.x, xc.y, xc.z, xc.w};
 #pragma unroll
                         for (int i = 0; i < 2; i++) {
-                            if constexpr (mv_tr<T>::NV > 0) acc[s][i] = add_q8<T>(acc[s][i], rw[u][i], xw, xd[c], xsum[c]);
+                            if constexpr (mv_tr<T>::NV > 0) acc[s][i] += dot_q8<T>(rw[u][i], xw, xd[c], xsum[c]);
                             else acc[s][i] += kq_dot_q8<T>(t.w[i], t.s[i], c, xw, xd[c], xsum[c]);
                         }
                     } else {

@@ -321,7 +321,8 @@ __device__ __forceinline__ int nib_dot(const uint4 &q, const int *xl, const int 
 /* The 8-bit-activation chunk dot of one row: xw = the chunk's 32 int8 inputs as 8 words, xd
  * their scale, xsum their integer sum. Q4_0: sum((q - 8) * x) = dp4a(q, x) - 8 * sum(x).
  * The term is (d_w * d_x) * (float)dot, the CPU reference's expression, bit for bit. */
-template <int T> __device__ __forceinline__ int idot_q8(const raw_chunk<T> &r, const int *xw, int xsum) {
+template <int T>
+__device__ __forceinline__ float dot_q8(const raw_chunk<T> &r, const int *xw, float xd, int xsum) {
     int dot = 0;
     if constexpr (T == RL_Q4_0) {
         dot = nib_dot(r.v[0], xw, xw + 4) - 8 * xsum;
@@ -329,26 +330,9 @@ template <int T> __device__ __forceinline__ int idot_q8(const raw_chunk<T> &r, c
 #pragma unroll
         for (int k = 0; k < 8; k++) dot = __dp4a((int)word(r.v[k / 4], k % 4), xw[k], dot);
     }
-    return dot;
-}
-
-/* acc + the term (d_w * d_x) * dot, as every kernel that sums Q4_0 / Q8_0 terms adds it (the
- * exact chunk's mvx_kernel too, from its MMA's dot). Both products rounded: a plain '*' would be
- * fused into the add (FFMA), and the CPU reference (built without contraction) rounds the term
- * first. RL_Q8_FMA=1 (an experiment, bench/exp/build.sh fma) fuses the second product into the
- * add on purpose, one rounding and one instruction a term fewer: the GPU kernels agree with each
- * other either way, the CPU reference's terms then differ in their last bit. */
-#ifndef RL_Q8_FMA
-#define RL_Q8_FMA 0
-#endif
-__device__ __forceinline__ float add_q8_term(float acc, float dwx, float dot) {
-    return RL_Q8_FMA ? __fmaf_rn(dwx, dot, acc) : __fadd_rn(acc, __fmul_rn(dwx, dot));
-}
-template <int T>
-__device__ __forceinline__ float add_q8(float acc, const raw_chunk<T> &r, const int *xw, float xd, int xsum) {
-    const int dot = idot_q8<T>(r, xw, xsum);
-    if constexpr (RL_Q8_FMA) return add_q8_term(acc, __fmul_rn(h2f((uint16_t)r.d), xd), (float)dot);
-    else return acc + __fmul_rn(__fmul_rn(h2f((uint16_t)r.d), xd), (float)dot); /* session 32's schedule */
+    /* both products rounded: a plain '*' here is fused into the caller's accumulate (FFMA),
+     * and the CPU reference (built without contraction) rounds the term first */
+    return __fmul_rn(__fmul_rn(h2f((uint16_t)r.d), xd), (float)dot);
 }
 
 /* Q4_K sub-block (codes q in Q4_0's order, k from its super-block's header: dequant.cuh) against

@@ -12,7 +12,7 @@
  * across its work items, so the loads never stop between items.
  *
  * Same arithmetic as matvec.cu's register kernel: work item p (two rows), lane l takes units
- * l, l + 32, ... of both rows in that order through the same dot functions (add_q8, dot2; RQ2
+ * l, l + 32, ... of both rows in that order through the same dot functions (dot_q8, dot2; RQ2
  * rq2_q8, rq2_f32), and
  * mv_finish's butterfly and epilogue. So both give the same bits, and the exact chunks (which
  * keep the register kernel) stay bit-identical to decoding.
@@ -148,7 +148,7 @@ __device__ __forceinline__ void mvs_dot(const raw_chunk<T> *r, const mv_xin &x, 
             if constexpr (T == RL_Q4_K) acc[i] += q4k_dot_q8(r[i].v[0], r[i].k, xw, x.xd[c], x.xsum[c]);
             else if constexpr (T == RL_Q5_K) acc[i] += q5k_dot_q8(r[i].v[0], r[i].hi, r[i].k, xw, x.xd[c], x.xsum[c]);
             else if constexpr (T == RL_Q6_K) acc[i] += q6k_dot_q8(r[i].v[0], r[i].hi, r[i].sd, xw, x.xd[c]);
-            else acc[i] = add_q8<T>(acc[i], r[i], xw, x.xd[c], x.xsum[c]);
+            else acc[i] += dot_q8<T>(r[i], xw, x.xd[c], x.xsum[c]);
         }
     } else if constexpr (T == RL_Q4_K || T == RL_Q5_K || T == RL_Q6_K) { /* chunk_dot's dequantise-then-dot */
 #pragma unroll

@@ -276,16 +276,11 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 2) mvx_kernel(const rl_mv_args
                                nt ? kb4[k].w : kb4[k].y);
 #pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            /* add_q8's sum of the term; a chunk past the end adds nothing
-                             * (not even +0, which would turn a -0 sum into +0) */
+                            /* dot_q8's term, both products rounded; a chunk past the end adds
+                             * nothing (not even +0, which would turn a -0 sum into +0) */
                             const int j = (e & 1) + 2 * nt; /* D column 2t + (e & 1) + 8 nt */
-                            const float dwx = __fmul_rn(dw[e >> 1], dx[j]);
-                            if constexpr (RL_Q8_FMA) {
-                                if (on) acc[k][nt][e] = add_q8_term(acc[k][nt][e], dwx, mvx_i2f(d[e]));
-                            } else { /* the term before the test: the schedule session 32 measured */
-                                const float term = __fmul_rn(dwx, mvx_i2f(d[e]));
-                                if (on) acc[k][nt][e] = acc[k][nt][e] + term;
-                            }
+                            const float term = __fmul_rn(__fmul_rn(dw[e >> 1], dx[j]), mvx_i2f(d[e]));
+                            if (on) acc[k][nt][e] = acc[k][nt][e] + term;
                         }
                     }
                 }

@@ -226,10 +226,14 @@ if has s; then
     fi
 fi
 
-bench() { # name file
+bench() { # name file: the file is made (mkmodel, "SHAPE TYPE" from the name) where missing
     local js="/tmp/bench-${1// /_}.json"
+    rm -f "$js"
+    [ -f "$2" ] || "$R" mkmodel --shape "${1% *}" --type "${1#* }" --vocab "$VOCAB" -o "$2" -t 16 >>"$LOG" 2>&1
     "$R" bench --device cuda -m "$2" -p 0 -n 128 -r 5 --json >"$js" 2>>"$LOG"
-    python3 - "$1" "$js" >>"$SUMMARY" 2>>"$LOG" <<'EOF'
+    # a bench that failed or printed nothing is a FAIL row, never a missing one
+    [ -s "$js" ] || { row "| $1 | tg128 x5 | no result (see device.log) | FAIL |"; return; }
+    python3 - "$1" "$js" >>"$SUMMARY" 2>>"$LOG" <<'EOF' || row "| $1 | tg128 x5 | unreadable result (see device.log) | FAIL |"
 import sys, json
 j = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
 n = j.get('launches_per_token')
