@@ -206,6 +206,20 @@ __global__ void mv_prep_kernel(const rl_mv_args a) {
     mv_stage<XL, Q8>(a, a.x + (size_t)col * a.n, (float *)((char *)a.scratch + (size_t)col * col_bytes(a.n)), red);
 }
 
+/* Lane `lane`'s units j .. j + U - 1 of item t's two rows into r (those below nu): the first
+ * item's loads before the prologue, each round's in the loop, the pipelined loop's next ones. */
+template <int T>
+__device__ __forceinline__ void ld_units(raw_chunk<T> (&r)[mv_tr<T>::U][2], const mv_task &t, int lane, int j, int nu) {
+#pragma unroll
+    for (int u = 0; u < mv_tr<T>::U; u++) {
+        const int c = lane + 32 * (j + u);
+        if (c < nu) {
+            ld_chunk<T>(r[u][0], t.w[0], t.s[0], c);
+            ld_chunk<T>(r[u][1], t.w[1], t.s[1], c);
+        }
+    }
+}
+
 /* NS columns (an exact chunk of NS tokens; 1 = decoding). NS = 1 stages its input in shared
  * memory; NS > 1 reads the NS staged columns mv_prep_kernel wrote (same layout, same values)
  * and takes each weight unit once for all NS columns, each column's sum in the one-column
@@ -238,17 +252,7 @@ mv_kernel(const rl_mv_args a) {
     int p = blockIdx.x * nw + warp;
     raw_chunk<T> rw[U][2];
     bool pre = p < items;
-    if (pre) {
-        mv_task t = mv_resolve(a, p, GLU);
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            int c = lane + 32 * u;
-            if (c < nu) {
-                ld_chunk<T>(rw[u][0], t.w[0], t.s[0], c);
-                ld_chunk<T>(rw[u][1], t.w[1], t.s[1], c);
-            }
-        }
-    }
+    if (pre) ld_units<T>(rw, mv_resolve(a, p, GLU), lane, 0, nu);
     rl_pdl_wait();
     /* column s's staged input at xb + s * cb: shared memory (NS 1) or the prep kernel's */
     const char *xb = (const char *)xs;
@@ -273,18 +277,7 @@ mv_kernel(const rl_mv_args a) {
             for (int j0 = 0; j0 < J; j0 += U) {
                 const bool last = j0 + U >= J;
                 const int pn = last ? p + G : p;
-                if (pn < items) {
-                    const mv_task tn = last ? mv_resolve(a, pn, GLU) : t;
-                    const int jn = last ? 0 : j0 + U;
-#pragma unroll
-                    for (int u = 0; u < U; u++) {
-                        const int c = lane + 32 * (jn + u);
-                        if (c < nu) {
-                            ld_chunk<T>(rn[u][0], tn.w[0], tn.s[0], c);
-                            ld_chunk<T>(rn[u][1], tn.w[1], tn.s[1], c);
-                        }
-                    }
-                }
+                if (pn < items) ld_units<T>(rn, last ? mv_resolve(a, pn, GLU) : t, lane, last ? 0 : j0 + U, nu);
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     const int c = lane + 32 * (j0 + u);
@@ -305,16 +298,7 @@ mv_kernel(const rl_mv_args a) {
 #pragma unroll
         for (int s = 0; s < NS; s++) acc[s][0] = acc[s][1] = 0.0f;
         for (int j0 = 0; j0 < J; j0 += U) {
-            if (!pre) {
-#pragma unroll
-                for (int u = 0; u < U; u++) {
-                    int c = lane + 32 * (j0 + u);
-                    if (c < nu) {
-                        ld_chunk<T>(rw[u][0], t.w[0], t.s[0], c);
-                        ld_chunk<T>(rw[u][1], t.w[1], t.s[1], c);
-                    }
-                }
-            }
+            if (!pre) ld_units<T>(rw, t, lane, j0, nu);
             pre = false;
 #pragma unroll
             for (int u = 0; u < U; u++) {
