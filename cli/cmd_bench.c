@@ -292,6 +292,7 @@ int cmd_bench(int argc, char **argv) {
     size_t kvb = ng > 0 ? rl_backend_kv_read_bytes(&s.be, (size_t)(depth + ng / 2)) : 0;
     double bpt = (double)(wbytes + kvb), gbps = bpt * sg.median / 1e9;
     double ceil = no_ceiling ? 0 : s.be.ops->read_ceiling_gbps(s.be.impl);
+    size_t chunk_tok = 0, chunk_n = s.be.ops->chunk_launches ? s.be.ops->chunk_launches(s.be.impl, &chunk_tok) : 0;
     char desc[256];
     rl_model_describe(&s.model, desc, sizeof desc);
     if (json) {
@@ -309,6 +310,9 @@ int cmd_bench(int argc, char **argv) {
                ceil > 0 ? gbps / ceil : 0, s.model.file_weight_bytes, s.be.repacked_bytes, s.be.prefill);
         if (s.be.launches) printf("%zu", s.be.launches);
         else printf("null"); /* the CPU launches no kernels */
+        /* an exact prompt's chunk graph (its launches for chunk_tokens tokens), where one ran */
+        if (chunk_n) printf(", \"launches_per_chunk\": %zu, \"chunk_tokens\": %zu", chunk_n, chunk_tok);
+        else printf(", \"launches_per_chunk\": null, \"chunk_tokens\": null");
         if (profile && ng > 0) {
             printf(", \"profile\": [");
             for (size_t i = 0; i < n_prof; i++)
@@ -348,6 +352,9 @@ int cmd_bench(int argc, char **argv) {
                "runs\n", bpt / 1e6, wbytes / 1e6, kvb / 1e6, depth + ng / 2, ceil, s.be.name, nt,
                s.be.numerics, reps);
         if (np > 0) printf("prompt processing: prefill %s\n", s.be.prefill);
+        if (chunk_n)
+            printf("an exact chunk of %zu tokens: one graph of %zu launches (%.1f per token; decoding: %zu per "
+                   "token)\n", chunk_tok, chunk_n, (double)chunk_n / (double)chunk_tok, s.be.launches);
         if (prof_prompt) {
             const char *how = s.be.device == RL_DEVICE_CPU ? "the wall clock after every step"
                                                            : "an event after every step";

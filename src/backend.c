@@ -29,7 +29,7 @@ static size_t cpu_profile_rows(void *impl, rl_prof_row *rows, size_t cap) {
 }
 
 static const rl_backend_ops k_cpu_ops = {cpu_free, cpu_n_ctx, cpu_kv, cpu_forward, cpu_ceiling, cpu_profile,
-                                         cpu_profile_rows};
+                                         cpu_profile_rows, NULL};
 
 int rl_device_parse(const char *s, enum rl_device *out) {
     if (!strcmp(s, "cpu")) *out = RL_DEVICE_CPU;

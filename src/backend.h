@@ -75,6 +75,10 @@ typedef struct rl_backend_ops {
      * false) stops. profile_rows copies up to cap rows; returns the count. */
     int (*profile)(void *impl, bool on, rl_err *e);
     size_t (*profile_rows)(void *impl, rl_prof_row *rows, size_t cap);
+    /* Kernel launches of the largest exact prompt chunk run so far (its tokens in *tokens);
+     * 0 where none has run or the backend launches no kernels (NULL: the CPU). rl_backend's
+     * `launches` is decoding's, one token. */
+    size_t (*chunk_launches)(const void *impl, size_t *tokens);
 } rl_backend_ops;
 
 typedef struct rl_backend {

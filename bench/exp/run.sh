@@ -30,7 +30,7 @@
 #                                      TinyLlama 4/8/16) = one-token logits, knob on and off, 40
 #                                      ids and TinyLlama at 300 (merged splits); S=1 and S=16
 #                                      with the knob off / on alternated, two rounds
-#   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32, not yet run): down's chunk
+#   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; on by default since 33): down's chunk
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
 #                                      the knob on and off, S=16 off / on alternated, two rounds
 #   bash bench/exp/run.sh fma          the fma build (build.sh fma, carried as build-dev/fma.tar.xz:

@@ -57,6 +57,7 @@ struct rl_cuda {
     /* exact chunks of 4, 8, 16 tokens, captured at first use: [0] the LM head on the last
      * token only (a prompt), [1] on every token (all-logits calls) */
     cudaGraphExec_t cgraph[2][3];
+    size_t chunk_launches[3]; /* launches of a chunk of 4, 8, 16 tokens, once its graph exists */
     uint8_t *kc, *vc; /* [n_layer][n_ctx][kv_dim]: f16, or int8 with --kv-type q8 */
     float *kd, *vd;   /* q8: the scales, [n_layer][n_ctx][kv_dim / 32]; else NULL */
     bool kv_q8;
@@ -889,6 +890,7 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
         if (gi >= 0 && !c->cgraph[all][gi]) {
             const auto cnt = c->n; /* the report keeps the one-token count */
             int rc = capture_into(c, &c->cgraph[all][gi], (int)ns, all ? (int)ns : 1, e);
+            if (!rc) c->chunk_launches[gi] = c->n.launches;
             c->n = cnt;
             if (rc) return -1;
         }
@@ -943,8 +945,19 @@ out:
     return best;
 }
 
+static size_t cuda_chunk_launches(const void *impl, size_t *tokens) {
+    const rl_cuda *c = (const rl_cuda *)impl;
+    for (int i = 2; i >= 0; i--)
+        if (c->chunk_launches[i]) {
+            *tokens = (size_t)4 << i;
+            return c->chunk_launches[i];
+        }
+    *tokens = 0;
+    return 0;
+}
+
 static const rl_backend_ops k_cuda_ops = {cuda_free,    cuda_n_ctx,   cuda_kv_read,     cuda_forward,
-                                          cuda_ceiling, cuda_profile, cuda_profile_rows};
+                                          cuda_ceiling, cuda_profile, cuda_profile_rows, cuda_chunk_launches};
 
 /* Every type with kernels has passed test_cuda on a device (RQ4, the last, on 2026-12-04). A
  * type added later stays out of here (--device auto keeps it on the CPU) until it has. */

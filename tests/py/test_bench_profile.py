@@ -38,6 +38,7 @@ def test_cpu_profile_steps_and_bytes(rawloop, shape):
                 "--no-ceiling", "--profile", "--json")
     d = json.loads(p.stdout)
     assert d["launches_per_token"] is None  # a GPU count; the CPU launches no kernels
+    assert d["launches_per_chunk"] is None and d["chunk_tokens"] is None
     dec = {r["step"]: r for r in d["profile"]}
     pro = {r["step"]: r for r in d["prompt_profile"]}
     kv_row = 2 * kv_dim * 2  # k and v, f16
