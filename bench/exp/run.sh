@@ -33,10 +33,11 @@
 #   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; on by default since 33): down's chunk
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
 #                                      the knob on and off, S=16 off / on alternated, two rounds
-#   bash bench/exp/run.sh fma          the fma build (build.sh fma, carried as build-dev/fma.tar.xz:
-#                                      HEAD + q8-fma.patch) against main: its chunks = its one-token
-#                                      logits (mvx and dp4a), its distance to main, S=1 and S=16
-#                                      of both alternated, two rounds (CHUNKS), its test_cuda
+#   bash bench/exp/run.sh var-VAR      a build variant (build.sh VAR, carried as build-dev/VAR.tar.xz:
+#                                      fma = HEAD + q8-fma.patch, session 33's run; mvx16 = 16-warp
+#                                      mvx blocks, not yet run) against main: its chunks = its
+#                                      one-token logits (mvx and dp4a), its distance to main, S=1
+#                                      and S=16 of both alternated, two rounds (CHUNKS), its test_cuda
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -57,7 +58,7 @@ if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-pe
 else [ -x /tmp/b/main/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
   # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
   # flush variants), where they were built and carried
-  for v in lsf lean1 leanG fma; do
+  for v in lsf lean1 leanG fma mvx16; do
     [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
 M=/tmp/b/main/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
@@ -194,34 +195,37 @@ stage8)
     set -- $(RL_CUDA_MVX_STAGE8=0 pp $M "" $f 512) $(RL_CUDA_MVX_STAGE8=1 pp $M "" $f 512)
     python3 -c "print('%-6s r$r S=16 STAGE8 off %8.1f ± %5.1f  on %8.1f ± %5.1f  (%+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0))"
   done; done ;;
-fma)
-  # the fma build (build.sh fma: HEAD + q8-fma.patch) against main: its exact chunks (mvx and the dp4a
-  # kernel) = its one-token logits, its distance to main's logits, then S=1 and S=16 of both
-  # alternated, two rounds (main's columns are also `chunks`'s figures), and its test_cuda
-  FM=/tmp/b/fma/rawloop; [ -x $FM ] || { echo "no fma build carried (build-dev/fma.tar.xz)"; exit 2; }
+var-*)
+  # a build variant VAR (build.sh VAR, carried as build-dev/VAR.tar.xz: fma = HEAD +
+  # q8-fma.patch, mvx16 = HEAD with 16-warp mvx blocks) against main: its exact chunks (mvx and
+  # the dp4a kernel) = its one-token logits, its logits against main's (the same bytes unless
+  # its arithmetic differs: fma's does), then S=1 and S=16 of both alternated, two rounds
+  # (main's columns are also `chunks`'s figures), and its test_cuda
+  VAR=${MODE#var-}; FM=/tmp/b/$VAR/rawloop; [ -x $FM ] || { echo "no $VAR build carried (build-dev/$VAR.tar.xz)"; exit 2; }
   F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
   for f in $F; do
     if [ $f = tl ]; then M=$FM kbits RL_CUDA_MVX "1 0" "1 4 8 16" 40; M=$FM kbits RL_CUDA_MVX "1 0" "1 16" 300
     else M=$FM kbits RL_CUDA_MVX "1 0" "1 16" 40; fi
     ids=$(seq 1 40 | tr '\n' ' ')
     rm -f /tmp/lg-*.bin; for b in $M $FM; do $b logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b 1 --ids "$ids" -o /tmp/lg-${b//\//_}.bin > /dev/null 2>&1; done
-    python3 - /tmp/lg-${M//\//_}.bin /tmp/lg-${FM//\//_}.bin $f <<'PY'
+    python3 - /tmp/lg-${M//\//_}.bin /tmp/lg-${FM//\//_}.bin $f $VAR <<'PY'
 import sys, hashlib, numpy as np
 a, b = (np.fromfile(p, dtype=np.float32) for p in sys.argv[1:3])
-print(sys.argv[3], "main, 40 ids one at a time:", hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()[:16])
-if a.size == 0 or a.size != b.size: print(sys.argv[3], "fma vs main: logits missing"); sys.exit()
+f, var = sys.argv[3], sys.argv[4]
+print(f, "main, 40 ids one at a time:", hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest()[:16])
+if a.size == 0 or a.size != b.size: print(f, var, "vs main: logits missing"); sys.exit()
 a, b = a.reshape(40, -1), b.reshape(40, -1)
 rel = max(np.abs(a[i] - b[i]).max() / np.abs(a[i]).max() for i in range(40))
-print("%s fma vs main, 40 ids one at a time: max rel %.2e, argmax %d/40, identical %s" % (sys.argv[3], rel, (a.argmax(1) == b.argmax(1)).sum(), (a == b).all()))
+print("%s %s vs main, 40 ids one at a time: max rel %.2e, argmax %d/40, identical %s" % (f, var, rel, (a.argmax(1) == b.argmax(1)).sum(), (a == b).all()))
 PY
   done
   for r in 1 2; do for f in $F; do
     set -- $(pp $M "-b 1" $f 128) $(pp $FM "-b 1" $f 128) $(pp $M "" $f 512) $(pp $FM "" $f 512)
-    python3 -c "print('%-6s r$r S=1 main %7.1f ± %4.1f fma %7.1f ± %4.1f (%+.1f%%)  S=16 main %8.1f ± %5.1f (%5.2fx) fma %8.1f ± %5.1f (%5.2fx, %+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0,$5,$6,$5/$1 if $1 else 0,$7,$8,$7/$3 if $3 else 0,100*($7/$5-1) if $5 else 0))"
+    python3 -c "print('%-6s r$r S=1 main %7.1f ± %4.1f $VAR %7.1f ± %4.1f (%+.1f%%)  S=16 main %8.1f ± %5.1f (%5.2fx) $VAR %8.1f ± %5.1f (%5.2fx, %+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0,$5,$6,$5/$1 if $1 else 0,$7,$8,$7/$3 if $3 else 0,100*($7/$5-1) if $5 else 0))"
   done; done
-  /tmp/b/fma/test_cuda > /tmp/tc-fma.log 2>&1; echo "test_cuda, fma build: $(tail -1 /tmp/tc-fma.log)" ;;
+  /tmp/b/$VAR/test_cuda > /tmp/tc-$VAR.log 2>&1; echo "test_cuda, $VAR build: $(tail -1 /tmp/tc-$VAR.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, stage8, fma, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, stage8, var-VAR, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

@@ -34,7 +34,9 @@
 
 #include "mv.cuh"
 
-#define MVX_WARPS 8
+#ifndef MVX_WARPS
+#define MVX_WARPS 8 /* bench/exp/build.sh mvx16 builds 16 (two residue sums a warp) */
+#endif
 #define MVX_SLOTS (32 / MVX_WARPS) /* residue sums per warp */
 #define MVX_DEPTH 4                /* ring stages: rounds in flight while one is used */
 
@@ -182,7 +184,7 @@ template <int T, bool GLU> struct mvx_cursor {
 };
 
 template <int T, bool GLU, int NS>
-__global__ void __launch_bounds__(MVX_WARPS * 32, 2) mvx_kernel(const rl_mv_args a) {
+__global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(const rl_mv_args a) {
     constexpr int NT = (NS + 7) / 8; /* 8-column MMA tiles */
     constexpr int QB = mvx_tr<T>::QB, AROW = mvx_tr<T>::AROW;
     extern __shared__ __align__(16) uint8_t ring[]; /* MVX_DEPTH stages */
