@@ -30,9 +30,11 @@
 #                                      TinyLlama 4/8/16) = one-token logits, knob on and off, 40
 #                                      ids and TinyLlama at 300 (merged splits); S=1 and S=16
 #                                      with the knob off / on alternated, two rounds
-#   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; on by default since 33): down's chunk
+#   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; 1 by default since 33): down's chunk
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
-#                                      the knob on and off, S=16 off / on alternated, two rounds
+#                                      the knob at both values, S=16 alternated, two rounds; S8="1 2"
+#                                      compares 2 (the normed stagings too, not yet run), with
+#                                      test_cuda in 16-warp blocks
 #   bash bench/exp/run.sh var-VAR      a build variant (build.sh VAR, carried as build-dev/VAR.tar.xz:
 #                                      fma = HEAD + q8-fma.patch, session 33's run; mvx16 = 16-warp
 #                                      mvx blocks, not yet run) against main: its chunks = its
@@ -188,13 +190,17 @@ astage)
     python3 -c "print('%-6s r$r S=1 %7.1f ± %4.1f  S=16 stage off %8.1f ± %5.1f (%5.2fx)  on %8.1f ± %5.1f (%5.2fx)'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0,$5,$6,$5/$1 if $1 else 0))"
   done; done ;;
 stage8)
-  # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there
-  F=${CHUNKS:-7b 8b 7bq8}; models $F
-  for f in $F; do kbits RL_CUDA_MVX_STAGE8 "0 1" "1 16" 40; done
+  # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there. S8: the two
+  # knob values compared ("0 1" by default; "1 2": the normed inputs' staging too, session 33,
+  # with test_cuda in 16-warp blocks under 2, whose chunk checks then take that path)
+  F=${CHUNKS:-7b 8b 7bq8}; models $F; set -- ${S8:-0 1}; k0=$1 k1=$2
+  for f in $F; do kbits RL_CUDA_MVX_STAGE8 "$k0 $k1" "1 16" 40; done
   for r in 1 2; do for f in $F; do
-    set -- $(RL_CUDA_MVX_STAGE8=0 pp $M "" $f 512) $(RL_CUDA_MVX_STAGE8=1 pp $M "" $f 512)
-    python3 -c "print('%-6s r$r S=16 STAGE8 off %8.1f ± %5.1f  on %8.1f ± %5.1f  (%+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0))"
-  done; done ;;
+    set -- $(RL_CUDA_MVX_STAGE8=$k0 pp $M "" $f 512) $(RL_CUDA_MVX_STAGE8=$k1 pp $M "" $f 512)
+    python3 -c "print('%-6s r$r S=16 STAGE8=$k0 %8.1f ± %5.1f  STAGE8=$k1 %8.1f ± %5.1f  (%+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0))"
+  done; done
+  [ $k1 != 2 ] || { RL_CUDA_MV_WARPS=16 RL_CUDA_MVX_STAGE8=2 /tmp/b/main/test_cuda > /tmp/tc-s8.log 2>&1
+    echo "test_cuda, 16 warps, STAGE8=2: $(tail -1 /tmp/tc-s8.log)"; } ;;
 var-*)
   # a build variant VAR (build.sh VAR, carried as build-dev/VAR.tar.xz: fma = HEAD +
   # q8-fma.patch, mvx16 = HEAD with 16-warp mvx blocks) against main: its exact chunks (mvx and

@@ -173,7 +173,8 @@ struct rl_cuda_knobs {
                             where the attention does not stage it) in blocks of at most 8 warps,
                             so with PDL under RL_CUDA_PDL=2 (RL_CUDA_MVX_STAGE8: 1 default; 0 the
                             one-token kernel's block size); the same bits, S=16 +1-3% on 7B / 8B
-                            (docs/PERF.md v2.30) */
+                            (docs/PERF.md v2.30). 2: the normed inputs (QKV's, gate+up's) too,
+                            their sum of squares in the 16-warp order; not yet measured */
     int pf_mma;          /* the fast prefill's attention on fp16 tensor cores where it applies
                             (RL_CUDA_PF_MMA: 1 default, 0 the fp32 CUDA-core kernel) */
     int pf_rope_tab;     /* the fast prefill's RoPE angles from a per-chunk table

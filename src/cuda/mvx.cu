@@ -100,7 +100,7 @@ __device__ __forceinline__ const rl_dmat &mvx_row(const rl_mv_args &a, int si, i
  * a quarter chunk per thread: 8 values, their staged floats w * (x * r) (mv_stage's), rounded
  * by i8_quarter. Each chunk's integer term is stored ready for mvx_i2f: MVX_MAGIC less, for
  * Q4_0, 8 times the sum (the -8 of its unsigned nibbles). */
-__global__ void mvx_stage_kernel(const rl_mv_args a) {
+template <int V> __global__ void mvx_stage_kernel(const rl_mv_args a) {
     __shared__ double red[32];
     rl_pdl_trigger();
     const int col = blockIdx.x, n = a.n, nch = n / 32, ns = a.ns;
@@ -113,7 +113,7 @@ __global__ void mvx_stage_kernel(const rl_mv_args a) {
     for (int j = 0; j < 8; j++) g[j] = w && on ? w[32 * c + 8 * k + j] : 0.0f;
     rl_pdl_wait();
     const float *x = a.x + (size_t)col * n;
-    const float r = w ? mv_norm_scale<8, false>(a, x, red) : 1.0f;
+    const float r = w ? mv_norm_scale<8, false, V>(a, x, red) : 1.0f;
     float e[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (on) {
         const float4 *xv = (const float4 *)(x + 32 * c + 8 * k);
@@ -367,14 +367,22 @@ uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8) {
 
 int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_warps, cudaStream_t st) {
     /* without a norm no sum depends on the block's size (each chunk is rounded on its own), so
-     * the knob may take 8-warp blocks, which launch with PDL under knob 2; the same bytes */
-    if (!a->norm_w && k->mvx_stage8 && stage_warps > 8) stage_warps = 8;
+     * the knob may take 8-warp blocks, which launch with PDL under knob 2; the same bytes. With
+     * a norm (knob 2) 8-warp blocks sum the squares in the 16-warp order (mv_norm_scale's V) */
+    int v = 1;
+    if (k->mvx_stage8 && stage_warps > 8) {
+        if (!a->norm_w) stage_warps = 8;
+        else if (k->mvx_stage8 == 2 && stage_warps == 16) stage_warps = 8, v = 2;
+    }
     const int per = stage_warps * 8, slices = (a->n / 32 + per - 1) / per; /* a quarter chunk per thread */
     /* PDL on the staging launch (knob 1; with 2, the default, for blocks of at most 8 warps):
      * measured +4.5% / +7.5% at S=16 on TinyLlama Q4_0 / Q8_0 (8-warp staging blocks) but -1.2
      * to -1.7% on 7B / 8B (16-warp blocks) (docs/PERF.md v2.12) */
     const bool spdl = k->pdl == 1 || (k->pdl == 2 && stage_warps <= 8);
-    return rl_launch(mvx_stage_kernel, dim3(a->ns, slices), dim3(stage_warps * 32), 0, st, spdl, *a) ? -1 : 0;
+    return rl_launch(v == 2 ? mvx_stage_kernel<2> : mvx_stage_kernel<1>, dim3(a->ns, slices), dim3(stage_warps * 32), 0,
+                     st, spdl, *a)
+               ? -1
+               : 0;
 }
 
 int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st) {
