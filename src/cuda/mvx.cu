@@ -95,7 +95,8 @@ __device__ __forceinline__ const rl_dmat &mvx_row(const rl_mv_args &a, int si, i
 /* The chunk's staging for the tensor-core kernel: column blockIdx.x of the input, RMS-normalised
  * and rounded to int8 exactly as the one-token kernel's prologue does it (mv_stage, i8_quarter),
  * written straight into the fragment plane. The norm's sum of squares is mv_norm_scale's over
- * the whole column in blocks of the one-token kernel's size, so r has its bits; after that
+ * the whole column in blocks of the one-token kernel's size (or of 1 / V of it, summing in its
+ * order: RL_CUDA_MVX_STAGE8=2), so r has its bits; after that
  * every 32-value chunk is on its own, so the chunks are split over gridDim.y blocks per column,
  * a quarter chunk per thread: 8 values, their staged floats w * (x * r) (mv_stage's), rounded
  * by i8_quarter. Each chunk's integer term is stored ready for mvx_i2f: MVX_MAGIC less, for
