@@ -219,8 +219,9 @@ size_t rl_mvs_pad(const void *f, int nw, size_t need, size_t lim);
 /* Whether the streamed launch of a would copy its weights in bulk (knob RL_CUDA_MVB). */
 bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The tensor-core exact chunk (mvx.cu): whether it applies to a (ns > 1, Q4_0 / Q8_0, 8-bit
- * activations, the knob on), and its launches: the columns' staging, in blocks of stage_warps
- * warps (the one-token kernel's block size, so the norm's sums are the same), then the matvec.
+ * activations, the knob on), and its launches: the columns' staging, for stage_warps warps (the
+ * one-token kernel's block size, so the norm's sums are the same; RL_CUDA_MVX_STAGE8 may launch
+ * 8-warp blocks that keep that order), then the matvec.
  * Returns the number of launches (1 where a->staged), -1 on error. */
 bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The fragment plane of a's chunk (in a->scratch after the staged columns) and its k8 (*k8). */

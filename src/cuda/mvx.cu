@@ -370,20 +370,18 @@ int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_w
     /* without a norm no sum depends on the block's size (each chunk is rounded on its own), so
      * the knob may take 8-warp blocks, which launch with PDL under knob 2; the same bytes. With
      * a norm (knob 2) 8-warp blocks sum the squares in the 16-warp order (mv_norm_scale's V) */
-    int v = 1;
-    if (k->mvx_stage8 && stage_warps > 8) {
-        if (!a->norm_w) stage_warps = 8;
-        else if (k->mvx_stage8 == 2 && stage_warps == 16) stage_warps = 8, v = 2;
+    int v = 1; /* mv_norm_scale's V: the one-token block is v times this one */
+    if (k->mvx_stage8 && stage_warps > 8 && (!a->norm_w || (k->mvx_stage8 == 2 && stage_warps == 16))) {
+        v = a->norm_w ? stage_warps / 8 : 1;
+        stage_warps = 8;
     }
     const int per = stage_warps * 8, slices = (a->n / 32 + per - 1) / per; /* a quarter chunk per thread */
     /* PDL on the staging launch (knob 1; with 2, the default, for blocks of at most 8 warps):
      * measured +4.5% / +7.5% at S=16 on TinyLlama Q4_0 / Q8_0 (8-warp staging blocks) but -1.2
      * to -1.7% on 7B / 8B (16-warp blocks) (docs/PERF.md v2.12) */
     const bool spdl = k->pdl == 1 || (k->pdl == 2 && stage_warps <= 8);
-    return rl_launch(v == 2 ? mvx_stage_kernel<2> : mvx_stage_kernel<1>, dim3(a->ns, slices), dim3(stage_warps * 32), 0,
-                     st, spdl, *a)
-               ? -1
-               : 0;
+    void (*f)(const rl_mv_args) = v == 2 ? mvx_stage_kernel<2> : mvx_stage_kernel<1>;
+    return rl_launch(f, dim3(a->ns, slices), dim3(stage_warps * 32), 0, st, spdl, *a) ? -1 : 0;
 }
 
 int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st) {

@@ -320,9 +320,9 @@ static void test_prefill_attention(void) {
 
 /* An exact chunk's flash decode that also writes Wo's tensor-core input (RL_CUDA_ATT_STAGE)
  * against its own output staged by the chunk's staging kernel: the same plane, byte for byte,
- * and the same output. Head sizes 64 (TinyLlama), 96 and 128, grouped and plain heads, chunks of
- * 16, 8 and 4, one attention split and several (the merging block stages), Q4_0's and Q8_0's
- * integer terms. */
+ * and the same output. Head sizes 64 (TinyLlama), 96, 128 and 256, grouped and plain heads,
+ * chunks of 16, 8 and 4, one attention split and several (the merging block stages), Q4_0's and
+ * Q8_0's integer terms. */
 static void test_att_stage(void) {
     const int cases[][6] = {/* n_head, n_head_kv, hd, tokens, pos, split */
                             {32, 4, 64, 16, 20, 128}, {32, 4, 64, 16, 300, 128}, {8, 8, 128, 8, 3, 128},
