@@ -23,8 +23,9 @@
 #                                      launches, tg128, profile
 #   bash bench/exp/run.sh chunks       exact chunks against one token at a time (issue 4's S=16 >=
 #                                      8x S=1, last measured in v2.12): pp512 in exact chunks of 16
-#                                      and pp128 with -b 1 (v2.12's commands), two rounds, on
-#                                      CHUNKS="tl 7b 8b 7bq8" by default
+#                                      and pp128 with -b 1 (v2.12's commands), then each chunk size
+#                                      over the other's prompt (the same-prompt ratios), two
+#                                      rounds, on CHUNKS="tl 7b 8b 7bq8" by default
 #   bash bench/exp/run.sh astage       an exact chunk's Wo input staged by the flash decode
 #                                      (RL_CUDA_ATT_STAGE, session 32): chunk logits (-b 16; on
 #                                      TinyLlama 4/8/16) = one-token logits, knob on and off, 40
@@ -176,8 +177,10 @@ peer)
 chunks)
   F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
   for r in 1 2; do for f in $F; do
-    set -- $(pp $M "-b 1" $f 128) $(pp $M "" $f 512)
-    python3 -c "print('%-8s r$r  S=1 %8.1f ± %5.1f   S=16 %9.1f ± %6.1f   %5.2fx'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0))"
+    # v2.12's pair (S=1 over 128 ids, S=16 over 512), then both over the same prompt: the
+    # longer prompt's attention costs either chunk size more, so the pair alone understates S=16
+    set -- $(pp $M "-b 1" $f 128) $(pp $M "" $f 512) $(pp $M "-b 1" $f 512) $(pp $M "" $f 128)
+    python3 -c "r=lambda a,b: a/b if b else 0; print('%-5s r$r  S=1 p128 %7.1f ± %4.1f  S=16 p512 %8.1f ± %5.1f  %5.2fx | S=1 p512 %7.1f ± %4.1f  %5.2fx | S=16 p128 %8.1f ± %5.1f  %5.2fx'%('$f',$1,$2,$3,$4,r($3,$1),$5,$6,r($3,$5),$7,$8,r($7,$1)))"
   done; done ;;
 astage)
   F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
