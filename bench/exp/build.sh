@@ -21,7 +21,8 @@ for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it
-    case $v in main|fma|mvx16) rev=HEAD ;; *) rev=c207744 ;; esac
+    # mvxw: the branch of that name (session 34: mvx with a ring per warp)
+    case $v in main|fma|mvx16) rev=HEAD ;; mvxw) rev=mvxw ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
@@ -50,5 +51,5 @@ have=; for v in main sf exp lean; do [ ! -d "$out/$v" ] || have="$have $v"; done
 ! built main sf exp lean || tar cJf build-dev/bins.tar.xz -C "$out" $have
 # lean + scale-free and lean's flush variants apart, so that run.sh finds them only where they
 # were built
-for v in lsf lean1 leanG fma mvx16; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
+for v in lsf lean1 leanG fma mvx16 mvxw; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
 ls -la build-dev/*.tar.xz

@@ -41,12 +41,12 @@
 #define MVX_DEPTH 4                /* ring stages: rounds in flight while one is used */
 
 template <int T> struct mvx_tr {
-    static constexpr int QB = T == RL_Q4_0 ? 16 : 32; /* code bytes per 32-value chunk */
-    static constexpr int AROW = 32 * QB + 16;         /* a stage's row of codes, padded */
-    /* codes, then 16 rows of 32 fp16 scales 80 bytes apart (the 8 rows a warp reads at once in
-     * 8 distinct bank groups; 64 apart, 4 of them would share one) */
-    static constexpr int STAGE = 16 * AROW + 16 * 80;
+    static constexpr int QB = T == RL_Q4_0 ? 16 : 32;        /* code bytes per 32-value chunk */
+    static constexpr int WROW = MVX_SLOTS * QB + 16;         /* a warp stage's row of codes, padded */
+    /* a warp's stage: its codes, then 16 rows of its MVX_SLOTS fp16 scales */
+    static constexpr int STAGE = 16 * WROW + 16 * 2 * MVX_SLOTS;
 };
+static_assert(MVX_SLOTS == 4, "a warp's round: 4 chunks a row, its scales one 8-byte copy");
 
 /* d = a b + c over int32, c the accumulator's fragment: the terms c0, c1 of columns 2t, 2t + 1
  * for rows g and g + 8 alike. The integer sum is exact whoever adds it, so each column's term
@@ -130,56 +130,55 @@ template <int V> __global__ void mvx_stage_kernel(const rl_mv_args a) {
     mvx_put(mvx_plane(a), c, col, ns, k, w2, d, sum, mvx_k8(a));
 }
 
-/* The copy cursor of one thread: the cp.async copies of this block's stages, one round (16 rows x
- * 32 chunks, codes and scales) per stage, tile after tile. Thread x copies the code pieces
- * x, x + 256, ... of a round (piece p: row p / PPR, 16 bytes at 16 (p % PPR) of the row's round)
- * and, x < 64, the scale piece of row x / 4, chunks 8 (x % 4) .. + 7. Its source pointers are
- * set once per tile (seek) and advanced by additions per round: working the addresses out per
- * round, with the tile and round from divisions by R, had been ~140 of the loop's ~590
- * warp-instructions per round (sm_90a SASS). */
+/* The copy cursor of one lane: the cp.async copies of its warp's stages, one round (16 rows x
+ * the warp's 4 chunks, codes and scales) per stage, tile after tile. Lane l copies the code
+ * pieces l, l + 32, ... of its warp's round (piece p: row p / PPR, 16 bytes at 16 (p % PPR) of
+ * the row's 4 chunks) and, l < 16, the 8 scale bytes of row l. Its source pointers are set once
+ * per tile (seek) and advanced by additions per round (working them out per round had been ~140
+ * of the loop's ~590 warp-instructions, sm_90a SASS). */
 template <int T, bool GLU> struct mvx_cursor {
-    static constexpr int QB = mvx_tr<T>::QB, PPR = 2 * QB, PPT = 16 * PPR / (MVX_WARPS * 32);
-    const uint8_t *q[PPT], *s; /* this thread's next source bytes */
+    static constexpr int QB = mvx_tr<T>::QB, PPR = MVX_SLOTS * QB / 16, PPL = 16 * PPR / 32;
+    const uint8_t *q[PPL], *s; /* this lane's next source bytes */
     int lt, round;             /* local tile (the block's lt-th) and round of the next stage */
 
-    __device__ __forceinline__ void seek(const rl_mv_args &a) {
+    __device__ __forceinline__ void seek(const rl_mv_args &a, int warp, int lane) {
         int si, r0, r;
         mvx_tile<GLU>(a, blockIdx.x + lt * gridDim.x, &si, &r0);
 #pragma unroll
-        for (int j = 0; j < PPT; j++) {
-            const int p = threadIdx.x + MVX_WARPS * 32 * j;
+        for (int j = 0; j < PPL; j++) {
+            const int p = lane + 32 * j;
             const rl_dmat &m = mvx_row<GLU>(a, si, r0, p / PPR, &r);
-            q[j] = qrow(m, r) + 16 * (p % PPR);
+            q[j] = qrow(m, r) + MVX_SLOTS * warp * QB + 16 * (p % PPR);
         }
-        const rl_dmat &m = mvx_row<GLU>(a, si, r0, (threadIdx.x / 4) & 15, &r);
-        s = srow(m, r) + 16 * (threadIdx.x % 4);
+        const rl_dmat &m = mvx_row<GLU>(a, si, r0, lane & 15, &r);
+        s = srow(m, r) + 2 * MVX_SLOTS * warp;
     }
 
-    __device__ __forceinline__ void init(const rl_mv_args &a) {
+    __device__ __forceinline__ void init(const rl_mv_args &a, int warp, int lane) {
         lt = round = 0;
-        seek(a);
+        seek(a, warp, lane);
     }
 
-    /* the next stage into st, if the block has one left (my_tiles tiles of R rounds) */
-    __device__ __forceinline__ void issue(const rl_mv_args &a, uint32_t st, int my_tiles, int R, int nch) {
+    /* the warp's next stage into st, if the block has one left (my_tiles tiles of R rounds) */
+    __device__ __forceinline__ void issue(const rl_mv_args &a, uint32_t st, int my_tiles, int R, int nch, int warp,
+                                          int lane) {
         if (lt >= my_tiles) return;
-        const int c0 = 32 * round;
+        const int c0 = 32 * round + MVX_SLOTS * warp; /* the warp's first chunk of the round */
 #pragma unroll
-        for (int j = 0; j < PPT; j++) {
-            const int p = threadIdx.x + MVX_WARPS * 32 * j, k = p % PPR;
-            if (c0 + k * 16 / QB < nch) cp16(st + (p / PPR) * mvx_tr<T>::AROW + 16 * k, q[j]);
+        for (int j = 0; j < PPL; j++) {
+            const int p = lane + 32 * j, k = p % PPR;
+            if (c0 + k * 16 / QB < nch) cp16(st + (p / PPR) * mvx_tr<T>::WROW + 16 * k, q[j]);
             q[j] += 32 * QB;
         }
-        if (threadIdx.x < 64) { /* pieces past the row's end are zero-filled */
-            const int c = c0 + 8 * (threadIdx.x % 4), left = c < nch ? 2 * (nch - c) : 0;
-            const uint8_t *row = s - 64 * round - 16 * (threadIdx.x % 4); /* copies nothing: any address in the row */
-            cp16z(st + 16 * mvx_tr<T>::AROW + (threadIdx.x / 4) * 80 + 16 * (threadIdx.x % 4), left ? s : row,
-                  left < 16 ? left : 16);
+        if (lane < 16) { /* scales past the row's end are zero-filled */
+            const int left = c0 < nch ? 2 * (nch - c0) : 0;
+            const uint8_t *row = s - 64 * round - 2 * MVX_SLOTS * warp; /* copies nothing: any address in the row */
+            cp8z(st + 16 * mvx_tr<T>::WROW + 8 * lane, left ? s : row, left < 8 ? left : 8);
             s += 64;
         }
         if (++round == R) {
             round = 0;
-            if (++lt < my_tiles) seek(a);
+            if (++lt < my_tiles) seek(a, warp, lane);
         }
     }
 };
@@ -187,8 +186,8 @@ template <int T, bool GLU> struct mvx_cursor {
 template <int T, bool GLU, int NS>
 __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(const rl_mv_args a) {
     constexpr int NT = (NS + 7) / 8; /* 8-column MMA tiles */
-    constexpr int QB = mvx_tr<T>::QB, AROW = mvx_tr<T>::AROW;
-    extern __shared__ __align__(16) uint8_t ring[]; /* MVX_DEPTH stages */
+    constexpr int QB = mvx_tr<T>::QB, WROW = mvx_tr<T>::WROW;
+    extern __shared__ __align__(16) uint8_t ring[]; /* per warp, MVX_DEPTH stages */
     __shared__ float part[32][16][NS + 1];          /* [residue][tile row][column] */
     __shared__ float fin[16][NS + 1];
     rl_pdl_trigger();
@@ -197,18 +196,19 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
     const int tiles = mvx_tiles(a, GLU), R = (nch + 31) / 32;
     /* this block's tiles; their rounds are one sequence of stages */
     const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-    const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring);
+    const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring) + warp * MVX_DEPTH * mvx_tr<T>::STAGE;
+    uint8_t *wring = ring + warp * MVX_DEPTH * mvx_tr<T>::STAGE;
     mvx_cursor<T, GLU> cur;
-    cur.init(a);
+    cur.init(a, warp, lane);
     /* the first stages are weights only: in flight before waiting for the staging kernel */
     for (int s = 0; s < MVX_DEPTH - 1; s++) {
-        cur.issue(a, ring0 + s * mvx_tr<T>::STAGE, my_tiles, R, nch);
+        cur.issue(a, ring0 + s * mvx_tr<T>::STAGE, my_tiles, R, nch, warp, lane);
         cp_commit();
     }
     rl_pdl_wait();
     const int pos = a.io ? a.io->pos : 0;
     float acc[MVX_SLOTS][NT][4];
-    /* stage s of the ring is round `round` of the block's lt-th tile: s = lt R + round */
+    /* stage s of the warp's ring is round `round` of the block's lt-th tile: s = lt R + round */
     static_assert((MVX_DEPTH & (MVX_DEPTH - 1)) == 0, "the stage index is s % MVX_DEPTH on an unsigned s");
     unsigned s = 0;
     for (int lt = 0; lt < my_tiles; lt++) {
@@ -219,22 +219,23 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[k][nt][e] = 0.0f;
-        /* a round's chunks c = 32 round + warp + 8 k: this warp's fragments advance 32 chunks a round */
-        const uint8_t *fr = frag + (size_t)warp * MVX_FRAG;
+        /* a round's chunks c = 32 round + MVX_SLOTS warp + k: this warp's fragments advance 32 chunks a round */
+        const uint8_t *fr = frag + (size_t)(MVX_SLOTS * warp) * MVX_FRAG;
         for (int round = 0; round < R; round++, s++, fr += 32 * MVX_FRAG) {
+            const int c0 = 32 * round + MVX_SLOTS * warp;
             /* the round's activation fragments (in L2) do not depend on the ring: their loads
-             * go out before the stage barrier, whose wait then covers their latency */
-            const bool full = 32 * (round + 1) <= nch;
+             * go out before the stage wait, which then covers their latency */
+            const bool full = c0 + MVX_SLOTS <= nch;
             uint4 bw[MVX_SLOTS];
             float4 dx4[MVX_SLOTS];
             int4 kb4[MVX_SLOTS]; /* MVX_MAGIC less Q4_0's 8 sum(x) */
-            /* FULL: every chunk of the round is below nch (all rounds but a partial last one): no
-             * chunk's address is clamped, so the slots' loads are constant offsets of one base */
+            /* FULL: every chunk of the warp's round is below nch: no chunk's address is clamped,
+             * so the slots' loads are constant offsets of one base */
             auto load = [&](auto fullc) {
                 constexpr bool FULL = decltype(fullc)::value;
 #pragma unroll
                 for (int k = 0; k < MVX_SLOTS; k++) {
-                    const uint8_t *f = FULL || 32 * round + warp + MVX_WARPS * k < nch ? fr + k * MVX_WARPS * MVX_FRAG : frag;
+                    const uint8_t *f = FULL || c0 + k < nch ? fr + k * MVX_FRAG : frag;
                     bw[k] = *(const uint4 *)(f + 16 * lane);
                     dx4[k] = *(const float4 *)(f + 512 + 32 * t);
                     kb4[k] = *(const int4 *)(f + 512 + 32 * t + 16);
@@ -243,20 +244,19 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
             if (full) load(std::true_type{});
             else load(std::false_type{});
             cp_wait<MVX_DEPTH - 2>();
-            __syncthreads(); /* stage s is in; every warp is done with stage s - 1, which is refilled next */
-            cur.issue(a, ring0 + ((s + MVX_DEPTH - 1) % MVX_DEPTH) * mvx_tr<T>::STAGE, my_tiles, R, nch);
+            __syncwarp(); /* the warp's stage s is in; its lanes are done with stage s - 1, refilled next */
+            cur.issue(a, ring0 + ((s + MVX_DEPTH - 1) % MVX_DEPTH) * mvx_tr<T>::STAGE, my_tiles, R, nch, warp, lane);
             cp_commit();
-            const uint8_t *stg = ring + (s % MVX_DEPTH) * mvx_tr<T>::STAGE;
+            const uint8_t *stg = wring + (s % MVX_DEPTH) * mvx_tr<T>::STAGE;
             /* FULL as in load: no term is dropped */
             auto body = [&](auto fullc) {
                 constexpr bool FULL = decltype(fullc)::value;
 #pragma unroll
                 for (int k = 0; k < MVX_SLOTS; k++) {
-                    const int cc = warp + MVX_WARPS * k; /* residue slot k */
-                    const bool on = FULL || 32 * round + cc < nch;
+                    const bool on = FULL || c0 + k < nch;
                     const float dx[4] = {dx4[k].x, dx4[k].y, dx4[k].z, dx4[k].w};
-                    const uint32_t *qa = (const uint32_t *)(stg + g * AROW + cc * QB),
-                                   *qb = (const uint32_t *)(stg + (g + 8) * AROW + cc * QB);
+                    const uint32_t *qa = (const uint32_t *)(stg + g * WROW + k * QB),
+                                   *qb = (const uint32_t *)(stg + (g + 8) * WROW + k * QB);
                     uint32_t aw[4];
                     if constexpr (T == RL_Q4_0) {
                         const uint32_t wa = qa[t], wb = qb[t];
@@ -270,8 +270,8 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
                         aw[2] = qa[4 + t];
                         aw[3] = qb[4 + t];
                     }
-                    const uint16_t *sc = (const uint16_t *)(stg + 16 * AROW);
-                    const float dw[2] = {h2f(sc[g * 40 + cc]), h2f(sc[(g + 8) * 40 + cc])};
+                    const uint16_t *sc = (const uint16_t *)(stg + 16 * WROW);
+                    const float dw[2] = {h2f(sc[g * 4 + k]), h2f(sc[(g + 8) * 4 + k])};
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
                         int d[4]; /* the dot plus the column's term kb, ready for mvx_i2f */
@@ -291,8 +291,9 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
             if (full) body(std::true_type{});
             else body(std::false_type{});
         }
-        /* the tile's residue sums -> the butterfly's tree -> the epilogue. The stage barriers of
-         * later rounds keep part and fin from being rewritten while read. */
+        /* the tile's residue sums -> the butterfly's tree -> the epilogue. The first barrier of
+         * the next tile's tree keeps fin from being rewritten while read, and this tile's second
+         * keeps part from being rewritten before the tree has read it. */
 #pragma unroll
         for (int k = 0; k < MVX_SLOTS; k++)
 #pragma unroll
@@ -300,7 +301,7 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int col = 2 * t + (e & 1) + 8 * nt;
-                    if (col < NS) part[warp + MVX_WARPS * k][g + 8 * (e >> 1)][col] = acc[k][nt][e];
+                    if (col < NS) part[MVX_SLOTS * warp + k][g + 8 * (e >> 1)][col] = acc[k][nt][e];
                 }
         __syncthreads();
         for (int i = threadIdx.x; i < 16 * NS; i += blockDim.x) {
@@ -341,7 +342,7 @@ template <int T> static mvx_fn mvx_pick(bool glu, int ns) {
 }
 
 static size_t mvx_smem(uint32_t type) {
-    return (size_t)MVX_DEPTH * (type == RL_Q4_0 ? mvx_tr<RL_Q4_0>::STAGE : mvx_tr<RL_Q8_0>::STAGE);
+    return (size_t)MVX_WARPS * MVX_DEPTH * (type == RL_Q4_0 ? mvx_tr<RL_Q4_0>::STAGE : mvx_tr<RL_Q8_0>::STAGE);
 }
 
 int rl_mvx_prepare(void) {
