@@ -4,11 +4,11 @@
 # with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
-# epilogue flushes), fma (HEAD + q8-fma.patch, session 33) and mvx16 (HEAD, mvx in 16-warp
-# blocks), each into its own
+# epilogue flushes), fma (HEAD + q8-fma.patch, session 33), each into its own
 # build-dev/VARIANT.tar.xz. (Landed, their variants gone:
 # qkv-dual.patch and f16-pipe.patch in session 30, run.sh dual timing main's RL_CUDA_MVS2;
-# mvx-trim.patch in session 32.)
+# mvx-trim.patch in session 32; mvxw, a branch, in session 34. mvx16, 16-warp mvx blocks, lost
+# in session 34 and is gone.)
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'
@@ -21,8 +21,7 @@ for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it
-    # mvxw: the branch of that name (session 34: mvx with a ring per warp)
-    case $v in main|fma|mvx16) rev=HEAD ;; mvxw) rev=mvxw ;; *) rev=c207744 ;; esac
+    case $v in main|fma) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
@@ -37,8 +36,7 @@ for v in $todo; do
     bins="build-h200/rawloop build-h200/test_cuda"
     case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
-    # mvx16: HEAD's mvx in blocks of 16 warps (two residue sums a warp, 88-92 registers)
-    nv="$NV"; [ $v != mvx16 ] || nv="$NV -DMVX_WARPS=16"
+    nv="$NV"
     make -C "$src" BUILD=build-h200 NVFLAGS="$nv" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }
     mkdir -p "$out/$v" && (cd "$src" && cp $bins "$out/$v/") && strip "$out/$v"/*
@@ -51,5 +49,5 @@ have=; for v in main sf exp lean; do [ ! -d "$out/$v" ] || have="$have $v"; done
 ! built main sf exp lean || tar cJf build-dev/bins.tar.xz -C "$out" $have
 # lean + scale-free and lean's flush variants apart, so that run.sh finds them only where they
 # were built
-for v in lsf lean1 leanG fma mvx16 mvxw; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
+for v in lsf lean1 leanG fma; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
 ls -la build-dev/*.tar.xz

@@ -61,7 +61,7 @@ if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-pe
 else [ -x /tmp/b/main/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
   # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
   # flush variants), where they were built and carried
-  for v in lsf lean1 leanG fma mvx16 mvxw; do
+  for v in lsf lean1 leanG fma; do
     [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
 M=/tmp/b/main/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader

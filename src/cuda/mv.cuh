@@ -773,16 +773,26 @@ __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float 
     const int vnt = V * nt; /* the block size whose order is reproduced */
     double ss[V];
 #pragma unroll
-    for (int i = 0; i < V; i++) {
-        ss[i] = 0;
-        for (int i0 = tid + i * nt; i0 < n; i0 += B * vnt) {
-            float v[B];
+    for (int i = 0; i < V; i++) ss[i] = 0;
+    /* the virtual threads' loads together, each sum in its own order (one trip to L2 where a
+     * loop per virtual thread took V in a row: 6-8% slower at S = 16, docs/PERF.md v2.31) */
+    for (int j0 = tid; j0 < n; j0 += B * vnt) {
+        float v[V][B];
 #pragma unroll
-            for (int u = 0; u < B; u++) v[u] = i0 + u * vnt < n ? rl_ld_cg<CG>(x + i0 + u * vnt) : 0.0f;
+        for (int i = 0; i < V; i++)
+#pragma unroll
+            for (int u = 0; u < B; u++) {
+                const int k = j0 + i * nt + u * vnt;
+                v[i][u] = k < n ? rl_ld_cg<CG>(x + k) : 0.0f;
+            }
+#pragma unroll
+        for (int i = 0; i < V; i++)
 #pragma unroll
             for (int u = 0; u < B; u++)
-                if (i0 + u * vnt < n) ss[i] += (double)v[u] * (double)v[u];
-        }
+                if (j0 + i * nt + u * vnt < n) ss[i] += (double)v[i][u] * (double)v[i][u];
+    }
+#pragma unroll
+    for (int i = 0; i < V; i++) {
         for (int o = 16; o > 0; o >>= 1) ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], o);
         if (lane == 0) red[warp + i * nw] = ss[i];
     }

@@ -8,8 +8,8 @@
  * those dots for 16 rows x 8 columns of one chunk at once. What must then match is the order
  * the float terms are summed in: lane l of the one-token kernel adds the terms of chunks l,
  * l + 32, l + 64, ... in that order, and the 32 lane sums meet in mv_finish's butterfly. Here
- * warp w of a block takes chunks c = w (mod 8) in increasing order and keeps one sum per
- * residue c mod 32 (four per warp: w, w + 8, w + 16, w + 24), so each residue's sum is lane
+ * warp w of a block takes the chunks c with c mod 32 in 4w .. 4w + 3, in increasing order, and
+ * keeps one sum per residue c mod 32 (four per warp), so each residue's sum is lane
  * (c mod 32)'s, op for op; the 32 residue sums of a (row, column) then meet in mv_tree32, lane
  * 0's butterfly written out, and the epilogue is mv_finish's (mv_epilogue).
  *
@@ -24,19 +24,20 @@
  * Memory: what limited the first versions (ncu, 7B Q4_0: 360 GB/s at 0.7 instructions per SM
  * cycle) was the number of cache lines per load instruction: a lane's 4-byte A word per row
  * puts 8 rows, 8 lines, in every warp load, and the B words and scales of 8 columns as many.
- * So the weights of a round (16 rows x 32 chunks, each row's bytes contiguous) are copied by
- * the whole block with 16-byte cp.async into a ring of MVX_DEPTH shared-memory stages (rows
- * padded by 16 bytes: a warp's A words then hit 32 distinct banks), each thread's share by a
- * copy cursor (mvx_cursor), the first stages before the PDL wait; and the activations come in
+ * So each warp copies its own weights of a round (16 rows x its 4 chunks, each row's 64 or 128
+ * bytes contiguous) with 16-byte cp.async into its own ring of MVX_DEPTH shared-memory stages
+ * (rows padded by 16 bytes: the warp's A words then hit 32 distinct banks), each lane's share by
+ * a copy cursor (mvx_cursor), the first stages before the PDL wait. A warp waits for its own
+ * stage only: no block barrier until the tile's sums meet (a ring shared by the block, with a
+ * barrier a round, was 1-2% slower on TinyLlama and 7B at S = 16, docs/PERF.md v2.31). And the
+ * activations come in
  * the fragment order the chunk's staging kernel (mvx_stage_kernel) writes them in: three
  * 16-byte loads per lane and chunk, all within a line or four. */
 #include <type_traits>
 
 #include "mv.cuh"
 
-#ifndef MVX_WARPS
-#define MVX_WARPS 8 /* bench/exp/build.sh mvx16 builds 16 (two residue sums a warp) */
-#endif
+#define MVX_WARPS 8 /* 16 (two residue sums a warp, 88-92 registers) was 1-15% slower, PERF v2.31 */
 #define MVX_SLOTS (32 / MVX_WARPS) /* residue sums per warp */
 #define MVX_DEPTH 4                /* ring stages: rounds in flight while one is used */
 
