@@ -177,7 +177,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_MVB_SLOTS", 64, 2, 64, &k->mvb_slots, e) ||
         knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
         knob("RL_CUDA_ATT_STAGE", 1, 0, 1, &k->att_stage, e) || /* Wo's chunk input from the flash decode */
-        knob("RL_CUDA_MVX_STAGE8", 1, 0, 2, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input (2: normed too) */
+        knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
         knob("RL_CUDA_PF_ROPE_TAB", 1, 0, 1, &k->pf_rope_tab, e) || /* its RoPE angles (attention.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */

@@ -173,8 +173,7 @@ struct rl_cuda_knobs {
                             where the attention does not stage it) in blocks of at most 8 warps,
                             so with PDL under RL_CUDA_PDL=2 (RL_CUDA_MVX_STAGE8: 1 default; 0 the
                             one-token kernel's block size); the same bits, S=16 +1-3% on 7B / 8B
-                            (docs/PERF.md v2.30). 2: the normed inputs (QKV's, gate+up's) too,
-                            their sum of squares in the 16-warp order; not yet measured */
+                            (docs/PERF.md v2.30) */
     int pf_mma;          /* the fast prefill's attention on fp16 tensor cores where it applies
                             (RL_CUDA_PF_MMA: 1 default, 0 the fp32 CUDA-core kernel) */
     int pf_rope_tab;     /* the fast prefill's RoPE angles from a per-chunk table
@@ -221,7 +220,7 @@ bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The tensor-core exact chunk (mvx.cu): whether it applies to a (ns > 1, Q4_0 / Q8_0, 8-bit
  * activations, the knob on), and its launches: the columns' staging, for stage_warps warps (the
  * one-token kernel's block size, so the norm's sums are the same; RL_CUDA_MVX_STAGE8 may launch
- * 8-warp blocks that keep that order), then the matvec.
+ * 8-warp blocks for an input without a norm), then the matvec.
  * Returns the number of launches (1 where a->staged), -1 on error. */
 bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The fragment plane of a's chunk (in a->scratch after the staged columns) and its k8 (*k8). */

@@ -763,44 +763,26 @@ __device__ __forceinline__ void mvx_put(uint8_t *frag, int c, int col, int ns, i
  * spilled). */
 
 /* The RMS scale 1 / sqrt(mean(x^2) + eps): the sum of squares in double, as on the CPU. red is
- * read after the barrier without another: two calls in a row need a barrier between them.
- * V > 1 sums in the order of a block V times this one's size (the chunk staging's 8-warp blocks
- * reproducing the 16-warp one-token kernel's r, bit for bit): thread t plays threads t, t + nt,
- * ..., each its own sum over its own elements; virtual warp w + i nw sits in real warp w. */
-template <int B, bool CG, int V = 1>
+ * read after the barrier without another: two calls in a row need a barrier between them. */
+template <int B, bool CG>
 __device__ __forceinline__ float mv_norm_scale(const rl_mv_args &a, const float *x, double *red) {
     const int n = a.n, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
-    const int vnt = V * nt; /* the block size whose order is reproduced */
-    double ss[V];
+    double ss = 0;
+    for (int i0 = tid; i0 < n; i0 += B * nt) {
+        float v[B];
 #pragma unroll
-    for (int i = 0; i < V; i++) ss[i] = 0;
-    /* the virtual threads' loads together, each sum in its own order (one trip to L2 where a
-     * loop per virtual thread took V in a row: 6-8% slower at S = 16, docs/PERF.md v2.31) */
-    for (int j0 = tid; j0 < n; j0 += B * vnt) {
-        float v[V][B];
+        for (int u = 0; u < B; u++) v[u] = i0 + u * nt < n ? rl_ld_cg<CG>(x + i0 + u * nt) : 0.0f;
 #pragma unroll
-        for (int i = 0; i < V; i++)
-#pragma unroll
-            for (int u = 0; u < B; u++) {
-                const int k = j0 + i * nt + u * vnt;
-                v[i][u] = k < n ? rl_ld_cg<CG>(x + k) : 0.0f;
-            }
-#pragma unroll
-        for (int i = 0; i < V; i++)
-#pragma unroll
-            for (int u = 0; u < B; u++)
-                if (j0 + i * nt + u * vnt < n) ss[i] += (double)v[i][u] * (double)v[i][u];
+        for (int u = 0; u < B; u++)
+            if (i0 + u * nt < n) ss += (double)v[u] * (double)v[u];
     }
-#pragma unroll
-    for (int i = 0; i < V; i++) {
-        for (int o = 16; o > 0; o >>= 1) ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], o);
-        if (lane == 0) red[warp + i * nw] = ss[i];
-    }
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
     __syncthreads();
     /* every thread adds the warps' sums in warp order (the same bits everywhere): one barrier,
      * where thread 0 adding them and a second barrier to hand red[0] on had been two */
     double t = 0;
-    for (int i = 0; i < V * nw; i++) t += red[i];
+    for (int i = 0; i < nw; i++) t += red[i];
     return 1.0f / sqrtf((float)(t / (double)n) + a.eps);
 }
 

@@ -96,13 +96,12 @@ __device__ __forceinline__ const rl_dmat &mvx_row(const rl_mv_args &a, int si, i
 /* The chunk's staging for the tensor-core kernel: column blockIdx.x of the input, RMS-normalised
  * and rounded to int8 exactly as the one-token kernel's prologue does it (mv_stage, i8_quarter),
  * written straight into the fragment plane. The norm's sum of squares is mv_norm_scale's over
- * the whole column in blocks of the one-token kernel's size (or of 1 / V of it, summing in its
- * order: RL_CUDA_MVX_STAGE8=2), so r has its bits; after that
+ * the whole column in blocks of the one-token kernel's size, so r has its bits; after that
  * every 32-value chunk is on its own, so the chunks are split over gridDim.y blocks per column,
  * a quarter chunk per thread: 8 values, their staged floats w * (x * r) (mv_stage's), rounded
  * by i8_quarter. Each chunk's integer term is stored ready for mvx_i2f: MVX_MAGIC less, for
  * Q4_0, 8 times the sum (the -8 of its unsigned nibbles). */
-template <int V> __global__ void mvx_stage_kernel(const rl_mv_args a) {
+__global__ void mvx_stage_kernel(const rl_mv_args a) {
     __shared__ double red[32];
     rl_pdl_trigger();
     const int col = blockIdx.x, n = a.n, nch = n / 32, ns = a.ns;
@@ -115,7 +114,7 @@ template <int V> __global__ void mvx_stage_kernel(const rl_mv_args a) {
     for (int j = 0; j < 8; j++) g[j] = w && on ? w[32 * c + 8 * k + j] : 0.0f;
     rl_pdl_wait();
     const float *x = a.x + (size_t)col * n;
-    const float r = w ? mv_norm_scale<8, false, V>(a, x, red) : 1.0f;
+    const float r = w ? mv_norm_scale<8, false>(a, x, red) : 1.0f;
     float e[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (on) {
         const float4 *xv = (const float4 *)(x + 32 * c + 8 * k);
@@ -370,20 +369,16 @@ uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8) {
 
 int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_warps, cudaStream_t st) {
     /* without a norm no sum depends on the block's size (each chunk is rounded on its own), so
-     * the knob may take 8-warp blocks, which launch with PDL under knob 2; the same bytes. With
-     * a norm (knob 2) 8-warp blocks sum the squares in the 16-warp order (mv_norm_scale's V) */
-    int v = 1; /* mv_norm_scale's V: the one-token block is v times this one */
-    if (k->mvx_stage8 && stage_warps > 8 && (!a->norm_w || (k->mvx_stage8 == 2 && stage_warps == 16))) {
-        v = a->norm_w ? stage_warps / 8 : 1;
-        stage_warps = 8;
-    }
+     * the knob may take 8-warp blocks, which launch with PDL under knob 2; the same bytes. (The
+     * normed inputs in 8-warp blocks summing the squares in the 16-warp order were 6-8% slower,
+     * docs/PERF.md v2.31.) */
+    if (!a->norm_w && k->mvx_stage8 && stage_warps > 8) stage_warps = 8;
     const int per = stage_warps * 8, slices = (a->n / 32 + per - 1) / per; /* a quarter chunk per thread */
     /* PDL on the staging launch (knob 1; with 2, the default, for blocks of at most 8 warps):
      * measured +4.5% / +7.5% at S=16 on TinyLlama Q4_0 / Q8_0 (8-warp staging blocks) but -1.2
      * to -1.7% on 7B / 8B (16-warp blocks) (docs/PERF.md v2.12) */
     const bool spdl = k->pdl == 1 || (k->pdl == 2 && stage_warps <= 8);
-    void (*f)(const rl_mv_args) = v == 2 ? mvx_stage_kernel<2> : mvx_stage_kernel<1>;
-    return rl_launch(f, dim3(a->ns, slices), dim3(stage_warps * 32), 0, st, spdl, *a) ? -1 : 0;
+    return rl_launch(mvx_stage_kernel, dim3(a->ns, slices), dim3(stage_warps * 32), 0, st, spdl, *a) ? -1 : 0;
 }
 
 int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st) {
