@@ -34,11 +34,11 @@
 #   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; 1 by default since 33): down's chunk
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
 #                                      the knob at both values, S=16 alternated, two rounds; S8="1 2"
-#                                      compares 2 (the normed stagings too, not yet run), with
-#                                      test_cuda in 16-warp blocks
+#                                      compares 2 (the normed stagings too: out of main since
+#                                      session 34, 6-8% slower; S8_VAR=s8n runs stage8n.patch's
+#                                      build), with test_cuda in 16-warp blocks
 #   bash bench/exp/run.sh var-VAR      a build variant (build.sh VAR, carried as build-dev/VAR.tar.xz:
-#                                      fma = HEAD + q8-fma.patch, session 33's run; mvx16 = 16-warp
-#                                      mvx blocks, not yet run) against main: its chunks = its
+#                                      fma = HEAD + q8-fma.patch, session 33's run) against main: its chunks = its
 #                                      one-token logits (mvx and dp4a), its distance to main, S=1
 #                                      and S=16 of both alternated, two rounds (CHUNKS), its test_cuda
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
@@ -61,7 +61,7 @@ if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-pe
 else [ -x /tmp/b/main/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
   # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
   # flush variants), where they were built and carried
-  for v in lsf lean1 leanG fma; do
+  for v in lsf lean1 leanG fma s8n; do
     [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
 M=/tmp/b/main/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
@@ -196,17 +196,20 @@ stage8)
   # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there. S8: the two
   # knob values compared ("0 1" by default; "1 2": the normed inputs' staging too, session 33,
   # with test_cuda in 16-warp blocks under 2, whose chunk checks then take that path)
+  # S8_VAR: a variant's binaries instead of main's (s8n: stage8n.patch, whose knob 2 loads the
+  # two virtual threads' squares together; session 34's knob 2 loaded them one after the other)
+  [ -z "${S8_VAR:-}" ] || M=/tmp/b/$S8_VAR/rawloop
   F=${CHUNKS:-7b 8b 7bq8}; models $F; set -- ${S8:-0 1}; k0=$1 k1=$2
   for f in $F; do kbits RL_CUDA_MVX_STAGE8 "$k0 $k1" "1 16" 40; done
   for r in 1 2; do for f in $F; do
     set -- $(RL_CUDA_MVX_STAGE8=$k0 pp $M "" $f 512) $(RL_CUDA_MVX_STAGE8=$k1 pp $M "" $f 512)
     python3 -c "print('%-6s r$r S=16 STAGE8=$k0 %8.1f ± %5.1f  STAGE8=$k1 %8.1f ± %5.1f  (%+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0))"
   done; done
-  [ $k1 != 2 ] || { RL_CUDA_MV_WARPS=16 RL_CUDA_MVX_STAGE8=2 /tmp/b/main/test_cuda > /tmp/tc-s8.log 2>&1
+  [ $k1 != 2 ] || { RL_CUDA_MV_WARPS=16 RL_CUDA_MVX_STAGE8=2 $(dirname $M)/test_cuda > /tmp/tc-s8.log 2>&1
     echo "test_cuda, 16 warps, STAGE8=2: $(tail -1 /tmp/tc-s8.log)"; } ;;
 var-*)
   # a build variant VAR (build.sh VAR, carried as build-dev/VAR.tar.xz: fma = HEAD +
-  # q8-fma.patch, mvx16 = HEAD with 16-warp mvx blocks) against main: its exact chunks (mvx and
+  # q8-fma.patch) against main: its exact chunks (mvx and
   # the dp4a kernel) = its one-token logits, its logits against main's (the same bytes unless
   # its arithmetic differs: fma's does), then S=1 and S=16 of both alternated, two rounds
   # (main's columns are also `chunks`'s figures), and its test_cuda
