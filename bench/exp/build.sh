@@ -5,7 +5,8 @@
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
 # epilogue flushes), fma (HEAD + q8-fma.patch, session 33), s8n (HEAD + stage8n.patch, session
-# 34), mvxr and mvxr8 (HEAD + mvxr.patch, session 34; mvxr8 with -DMVX_DEPTH_Q4=8), each into its own
+# 34), mvxr and mvxr8 (HEAD + mvxr.patch, session 34; mvxr8 with -DMVX_DEPTH_Q4=8) and mvxa
+# (HEAD + mvxr.patch + mvxa.patch, session 34), each into its own
 # build-dev/VARIANT.tar.xz. (Landed, their variants gone:
 # qkv-dual.patch and f16-pipe.patch in session 30, run.sh dual timing main's RL_CUDA_MVS2;
 # mvx-trim.patch in session 32; mvxw, a branch, in session 34. mvx16, 16-warp mvx blocks, lost
@@ -22,11 +23,11 @@ for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it
-    case $v in main|fma|s8n|mvxr|mvxr8) rev=HEAD ;; *) rev=c207744 ;; esac
+    case $v in main|fma|s8n|mvxr|mvxr8|mvxa) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
-        fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; mvxr|mvxr8) patch=mvxr.patch ;; *) patch= ;; esac
+        fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; mvxr|mvxr8) patch=mvxr.patch ;; mvxa) patch="mvxr.patch mvxa.patch" ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
     # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only
@@ -51,5 +52,5 @@ have=; for v in main sf exp lean; do [ ! -d "$out/$v" ] || have="$have $v"; done
 ! built main sf exp lean || tar cJf build-dev/bins.tar.xz -C "$out" $have
 # lean + scale-free and lean's flush variants apart, so that run.sh finds them only where they
 # were built
-for v in lsf lean1 leanG fma s8n mvxr mvxr8; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
+for v in lsf lean1 leanG fma s8n mvxr mvxr8 mvxa; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
 ls -la build-dev/*.tar.xz

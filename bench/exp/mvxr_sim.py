@@ -1,6 +1,7 @@
-# mvxr.patch's per-warp copies and reads, simulated on the host: for every warp, round and
-# slot, every byte the kernel body reads from its stage (A words, fp16 scales) must be the one
-# of its chunk in global memory that the cursor copied there. Prints "QB nch bad" (bad = 0).
+# mvxr.patch's per-warp copies and reads (and mvxa.patch's activation pieces), simulated on
+# the host: for every warp, round and slot, every byte the kernel body reads from its stage (A
+# words, fp16 scales, activation fragments) must be the one of its chunk in global memory that
+# the cursor copied there. Prints "QB nch bad" and "acts nch bad" (bad = 0).
 # python3 bench/exp/mvxr_sim.py
 def check(QB, nch, W=8, SL=4):
     PPR = SL*QB//16; PPL = 16*PPR//32; PPC = QB//16; WROW = SL*QB+16
@@ -43,3 +44,29 @@ def check(QB, nch, W=8, SL=4):
 for QB in (16, 32):
     for nch in (5, 64, 70, 128, 344, 33, 1):
         print(QB, nch, check(QB, nch))
+
+# mvxa.patch (on top of mvxr.patch): each stage also holds the warp's 4 chunks' activation
+# fragments (MVX_FRAG = 640 bytes each), copied in 16-byte pieces; the body's loads (B words at
+# 16 lane, d_x at 512 + 32 t, terms at 512 + 32 t + 16) must read the chunk's own bytes
+def check_acts(nch, W=8, SL=4, FR=640):
+    PF = FR // 16; bad = 0
+    for warp in range(W):
+        for rnd in range((nch + 31) // 32):
+            st = {}
+            c0 = 32*rnd + warp
+            for lane in range(32):
+                for j in range(SL*PF//32):
+                    p = lane + 32*j; k = p // PF; o = 16*(p % PF)
+                    if c0 + W*k < nch:
+                        for b in range(16): st[k*FR + o + b] = (c0 + W*k)*FR + o + b
+            for k in range(SL):
+                c = c0 + W*k
+                if c >= nch: continue
+                for lane in range(32):
+                    t = lane % 4
+                    for base, size in ((16*lane, 16), (512 + 32*t, 16), (512 + 32*t + 16, 16)):
+                        for b in range(size):
+                            if st.get(k*FR + base + b) != c*FR + base + b: bad += 1
+    return bad
+for nch in (5, 64, 70, 128, 344, 33, 1):
+    print("acts", nch, check_acts(nch))

@@ -39,7 +39,8 @@
 #                                      build), with test_cuda in 16-warp blocks
 #   bash bench/exp/run.sh var-VAR      a build variant (build.sh VAR, carried as build-dev/VAR.tar.xz:
 #                                      fma = HEAD + q8-fma.patch, session 33's run; mvxr, mvxr8 =
-#                                      HEAD + mvxr.patch, not yet run) against main: its chunks = its
+#                                      HEAD + mvxr.patch, mvxa = + mvxa.patch, not yet run)
+#                                      against main: its chunks = its
 #                                      one-token logits (mvx and dp4a), its distance to main, S=1
 #                                      and S=16 of both alternated, two rounds (CHUNKS), its test_cuda
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
@@ -62,7 +63,7 @@ if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-pe
 else [ -x /tmp/b/main/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
   # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
   # flush variants), where they were built and carried
-  for v in lsf lean1 leanG fma s8n mvxr mvxr8; do
+  for v in lsf lean1 leanG fma s8n mvxr mvxr8 mvxa; do
     [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
 M=/tmp/b/main/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
