@@ -30,9 +30,8 @@
  * a copy cursor (mvx_cursor), the first stages before the PDL wait. A warp waits for its own
  * stage only: no block barrier until the tile's sums meet (a ring shared by the block, with a
  * barrier a round, was 1-2% slower on TinyLlama and 7B at S = 16, docs/PERF.md v2.31). And the
- * activations come in
- * the fragment order the chunk's staging kernel (mvx_stage_kernel) writes them in: three
- * 16-byte loads per lane and chunk, all within a line or four. */
+ * activations come in the fragment order the chunk's staging kernel (mvx_stage_kernel) writes
+ * them in: three 16-byte loads per lane and chunk, all within a line or four. */
 #include <type_traits>
 
 #include "mv.cuh"
