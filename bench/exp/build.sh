@@ -50,7 +50,6 @@ built() { for b in "$@"; do case " $todo " in *" $b "*) return 0 ;; esac; done; 
 # (those of main sf exp lean that $out holds: a fresh machine that built only main packs main)
 have=; for v in main sf exp lean; do [ ! -d "$out/$v" ] || have="$have $v"; done
 ! built main sf exp lean || tar cJf build-dev/bins.tar.xz -C "$out" $have
-# lean + scale-free and lean's flush variants apart, so that run.sh finds them only where they
-# were built
-for v in lsf lean1 leanG fma s8n mvxr mvxr8 mvxa; do ! built $v || tar cJf build-dev/$v.tar.xz -C "$out" $v; done
+# every other variant named here in its own archive, so that run.sh finds it only where built
+for v in $todo; do case $v in main|sf|exp|lean) ;; *) tar cJf build-dev/$v.tar.xz -C "$out" $v ;; esac; done
 ls -la build-dev/*.tar.xz

@@ -61,10 +61,9 @@ MODE=${1:-lean}
 mkdir -p /tmp/m /tmp/b
 if [ $MODE = peer ]; then [ -x /tmp/b/lcpp/llama-bench ] || tar xJf build-dev-peer/peer.tar.xz -C /tmp/b
 else [ -x /tmp/b/main/rawloop ] || tar xJf build-dev/bins.tar.xz -C /tmp/b
-  # the variants build.sh makes only when named (lsf: lean + scale-free; lean1, leanG: lean's
-  # flush variants), where they were built and carried
-  for v in lsf lean1 leanG fma s8n mvxr mvxr8 mvxa; do
-    [ -x /tmp/b/$v/rawloop ] || [ ! -f build-dev/$v.tar.xz ] || tar xJf build-dev/$v.tar.xz -C /tmp/b; done; fi
+  # every variant build.sh made when named (build-dev/VARIANT.tar.xz), where carried
+  for t in build-dev/*.tar.xz; do v=$(basename "$t" .tar.xz)
+    [ ! -f "$t" ] || [ $v = bins ] || [ -x /tmp/b/$v/rawloop ] || tar xJf "$t" -C /tmp/b; done; fi
 M=/tmp/b/main/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/rawloop F=/tmp/b/lsf/rawloop V=.dev/cuda/ggml-vocab-llama-spm.gguf
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
 mk() { [ -f /tmp/m/$3 ] || { $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3.part -t ${MK_T:-4} > /tmp/m/$3.log 2>&1 &&
