@@ -119,6 +119,15 @@ test-asan:
 	RAWLOOP_BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		python3 -m pytest -q -m "not slow" tests/py
 
+# The thread pool (its seqlock, claims and late workers) under ThreadSanitizer, host code only:
+# tests/unit/test_pool.c with src/pool.c; a report exits non-zero.
+.PHONY: test-tsan
+test-tsan:
+	@mkdir -p $(BUILD)/tsan
+	$(CC) -std=c11 -O1 -g $(WARN) -D_GNU_SOURCE -pthread -fsanitize=thread -Isrc -Itests/unit \
+	  tests/unit/test_pool.c src/pool.c src/err.c -o $(BUILD)/tsan/test_pool
+	TSAN_OPTIONS=halt_on_error=1 $(BUILD)/tsan/test_pool
+
 # NEON kernels (src/mm_neon.c) on arm64: test_quant cross-built for baseline armv8-a and for
 # armv8.2-a+dotprod, run under qemu-aarch64 (Debian: gcc-aarch64-linux-gnu qemu-user). Only
 # the sources test_quant needs, so no arm64 PCRE2. Each binary counts as one test in the

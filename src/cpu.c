@@ -377,9 +377,10 @@ typedef struct mm_job {
     size_t n, total;
 } mm_job;
 
-static void mm_worker(void *ctx, size_t ith, size_t nth) {
+/* Items are row tiles, numbered across the job's matrices in order. */
+static void mm_items(void *ctx, size_t t0, size_t t1, size_t ith) {
     mm_job *j = ctx;
-    size_t t0 = j->total * ith / nth, t1 = j->total * (ith + 1) / nth, base = 0;
+    size_t base = 0;
     for (size_t i = 0; i < j->n; base += j->tiles[i], i++) {
         if (t1 <= base) break;
         size_t lo = t0 > base ? t0 - base : 0, hi = t1 - base;
@@ -408,10 +409,10 @@ typedef struct qa_job {
     size_t S, n;
 } qa_job;
 
-/* The rows of the batch are independent: each thread quantizes its share. */
-static void qa_worker(void *ctx, size_t ith, size_t nth) {
+/* Items are the batch's rows, independent of each other. */
+static void qa_items(void *ctx, size_t lo, size_t hi, size_t ith) {
     qa_job *j = ctx;
-    for (size_t s = j->S * ith / nth; s < j->S * (ith + 1) / nth; s++)
+    for (size_t s = lo; s < hi; s++)
         rl_q8a_quant_row(j->x + s * j->n, j->xq + s * (j->n / RL_QK), j->n);
 }
 
@@ -429,8 +430,8 @@ static const rl_q8a *quant_act(rl_cpu *c, const float *x, size_t S, size_t n,
     for (size_t i = 0; i < nw; i++) need |= !rl_type_fp32_act(w[i]->type);
     if (c->exact || !need) return NULL;
     qa_job j = {x, c->xq, S, n};
-    if (S == 1) qa_worker(&j, 0, 1);
-    else rl_pool_run(c->pool, qa_worker, &j);
+    if (S == 1) qa_items(&j, 0, 1, 0);
+    else rl_pool_for(c->pool, qa_items, &j, S, 1);
     return c->xq;
 }
 
@@ -441,19 +442,18 @@ typedef struct att_job {
     size_t layer, pos, S;
 } att_job;
 
-/* One (token, head) pair per work item: causal softmax attention over the cached positions. */
-static void att_worker(void *ctx, size_t ith, size_t nth) {
+/* One (token, head) pair per item: causal softmax attention over the cached positions. */
+static void att_items(void *ctx, size_t lo, size_t hi, size_t ith) {
     att_job *j = ctx;
     rl_cpu *c = j->c;
     const rl_config *cfg = &c->m->cfg;
     size_t hd = cfg->head_dim, group = cfg->n_head / cfg->n_head_kv;
-    size_t items = j->S * cfg->n_head;
     float scale = 1.0f / sqrtf((float)hd);
     float *att = c->att + ith * c->n_ctx;
     size_t row = c->kv_row, head = row / cfg->n_head_kv; /* bytes per position, per kv head */
     const uint8_t *kl = c->kc + j->layer * c->n_ctx * row;
     const uint8_t *vl = c->vc + j->layer * c->n_ctx * row;
-    for (size_t it = items * ith / nth; it < items * (ith + 1) / nth; it++) {
+    for (size_t it = lo; it < hi; it++) {
         size_t s = it / cfg->n_head, h = it % cfg->n_head, kvh = h / group;
         size_t n_pos = j->pos + s + 1;
         const float *q = c->q + s * c->q_dim + h * hd;
@@ -484,9 +484,9 @@ typedef struct silu_job {
     size_t n;
 } silu_job;
 
-static void silu_worker(void *ctx, size_t ith, size_t nth) {
+static void silu_items(void *ctx, size_t lo, size_t hi, size_t ith) {
     silu_job *j = ctx;
-    for (size_t i = j->n * ith / nth; i < j->n * (ith + 1) / nth; i++) {
+    for (size_t i = lo; i < hi; i++) {
         float g = j->g[i];
         j->g[i] = g / (1.0f + expf(-g)) * j->u[i];
     }
@@ -496,13 +496,13 @@ static void silu_worker(void *ctx, size_t ith, size_t nth) {
  * S * n_ff values was ~3% of prefill on one thread). */
 static void silu_mul(rl_cpu *c, size_t n) {
     silu_job j = {c->hb, c->hb2, n};
-    if (n <= 8192) silu_worker(&j, 0, 1);
-    else rl_pool_run(c->pool, silu_worker, &j);
+    if (n <= 8192) silu_items(&j, 0, n, 0);
+    else rl_pool_for(c->pool, silu_items, &j, n, 1024);
 }
 
 /* ---- the forward pass ---------------------------------------------------------------------- */
 
-static void run_job(rl_cpu *c, mm_job *j) { rl_pool_run(c->pool, mm_worker, j); }
+static void run_job(rl_cpu *c, mm_job *j) { rl_pool_for(c->pool, mm_items, j, j->total, 1); }
 
 static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, float *logits,
                           bool all_logits) {
@@ -552,7 +552,7 @@ static void forward_chunk(rl_cpu *c, const int32_t *tok, size_t S, size_t pos, f
         }
         step(c, "rope+kv", 0);
         att_job aj = {c, l, pos, S};
-        rl_pool_run(c->pool, att_worker, &aj);
+        rl_pool_for(c->pool, att_items, &aj, S * cfg->n_head, 1);
         step(c, "attention", 2.0 * (double)c->kv_row * ((double)S * (double)pos + (double)S * (double)(S + 1) / 2));
 
         xq = quant_act(c, c->xb, S, c->q_dim, (const rl_matrix *const[]){&L->wo}, 1, RL_CPU_MAT(l, 3));

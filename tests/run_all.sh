@@ -3,7 +3,8 @@
 #   1. make test       — C unit tests, tokenizer vectors, malformed inputs, HF oracle (pytest)
 #   2. make test-arm64 — NEON kernels: test_quant cross-built for arm64, run under qemu-aarch64
 #   3. make test-asan  — the same suite (minus `slow` cases) under ASan + UBSan
-#   4. make fuzz-short — each libFuzzer target for FUZZ_SECONDS (default 30) from its seeds
+#   4. make test-tsan  — the thread pool under ThreadSanitizer (one test)
+#   5. make fuzz-short — each libFuzzer target for FUZZ_SECONDS (default 30) from its seeds
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p build/logs
@@ -34,6 +35,11 @@ stage test-arm64 make test-arm64
 count build/logs/test-arm64.log
 stage test-asan make -j2 test-asan
 count build/logs/test-asan.log
+if make test-tsan 2>&1 | tee build/logs/test-tsan.log; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+fi
 if make fuzz-short FUZZ_SECONDS="${FUZZ_SECONDS:-30}" 2>&1 | tee build/logs/fuzz.log; then
     passed=$((passed + 1))
 else

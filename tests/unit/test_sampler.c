@@ -1,12 +1,10 @@
-/* Sampler and thread pool: greedy tie-break, seeded reproducibility, that top-k / top-p / min-p
- * never return a token outside the set they keep, the empirical distribution at temperature 1,
- * the repetition penalty, and that the pool runs every thread exactly once per region. */
+/* Sampler: greedy tie-break, seeded reproducibility, that top-k / top-p / min-p never return a
+ * token outside the set they keep, the empirical distribution at temperature 1, and the
+ * repetition penalty. */
 #include <math.h>
-#include <stdatomic.h>
 #include <string.h>
 
 #include "check.h"
-#include "pool.h"
 #include "sampler.h"
 
 static void test_greedy(void) {
@@ -109,36 +107,10 @@ static void test_penalty(void) {
     rl_sampler_free(s);
 }
 
-typedef struct pool_ctx {
-    _Atomic int hits[8];
-    _Atomic int calls;
-} pool_ctx;
-
-static void pool_fn(void *ctx, size_t ith, size_t nth) {
-    pool_ctx *c = ctx;
-    atomic_fetch_add(&c->hits[ith], 1);
-    atomic_fetch_add(&c->calls, (int)nth);
-}
-
-static void test_pool(void) {
-    for (size_t n = 1; n <= 4; n++) {
-        rl_pool *p;
-        CHECK(rl_pool_new(&p, n, NULL) == 0, "pool of %zu", n);
-        pool_ctx c;
-        memset(&c, 0, sizeof c);
-        for (int r = 0; r < 1000; r++) rl_pool_run(p, pool_fn, &c);
-        for (size_t i = 0; i < n; i++)
-            CHECK(c.hits[i] == 1000, "thread %zu ran %d times of 1000", i, (int)c.hits[i]);
-        CHECK(c.calls == (int)(1000 * n * n), "nth passed correctly");
-        rl_pool_free(p);
-    }
-}
-
 int main(void) {
     test_greedy();
     test_seed_and_filters();
     test_distribution();
     test_penalty();
-    test_pool();
     return check_report("test_sampler");
 }
