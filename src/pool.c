@@ -22,9 +22,11 @@
 /* After this many pauses a spinning thread yields its core each time round: on an oversubscribed
  * machine the thread it waits for may be the one that needs the core. */
 #define YIELD_AFTER 20000
-/* rl_pool_for: claims per thread's share (more claims, less left behind when a thread holding
- * one is descheduled; each claim is one atomic on the share's own cache line). */
-#define CLAIMS_PER_SHARE 8
+/* rl_pool_for: claims per thread's share. More claims leave less behind a thread that is
+ * descheduled holding one, but each is its own call of the item function: 8 cost 2.5% of
+ * TinyLlama's CPU decode on a quiet machine, 4 and 2 were within the noise of one claim a
+ * share, and 2, 4 and 8 gave the same speed beside a busy process (docs/PERF.md). */
+#define CLAIMS_PER_SHARE 4
 
 /* One thread's share of an rl_pool_for region: (region tag << 32) | its next unclaimed item.
  * A cache line each, so that a thread claiming from its own share touches no other's line. */
