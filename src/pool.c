@@ -23,10 +23,10 @@
  * machine the thread it waits for may be the one that needs the core. */
 #define YIELD_AFTER 20000
 /* rl_pool_for: claims per thread's share. More claims leave less behind a thread that is
- * descheduled holding one, but each is its own call of the item function: 8 cost 2.5% of
- * TinyLlama's CPU decode on a quiet machine, 4 and 2 were within the noise of one claim a
- * share, and 2, 4 and 8 gave the same speed beside a busy process (docs/PERF.md). */
-#define CLAIMS_PER_SHARE 4
+ * descheduled holding one, but cost on a quiet machine: TinyLlama's CPU decode lost 2.5% at 8,
+ * within the noise of one claim a share at 2 and 4; beside a busy process 2, 4 and 8 decoded
+ * alike, one claim a share gained less (docs/PERF.md, "Work stealing in the thread pool"). */
+#define CLAIMS_PER_SHARE 2
 
 /* One thread's share of an rl_pool_for region: (region tag << 32) | its next unclaimed item.
  * A cache line each, so that a thread claiming from its own share touches no other's line. */

@@ -34,7 +34,7 @@ size_t rl_pool_size(const rl_pool *p);
 /* Runs fn on every thread and returns when all are done. Not reentrant. */
 void rl_pool_run(rl_pool *p, rl_pool_fn fn, void *ctx);
 /* Runs fn over items [0, n) and returns when every item has run, each exactly once. A claim is
- * about a quarter of a thread's share and at least min_claim items. Not reentrant. */
+ * half a thread's share (rounded up) and at least min_claim items. Not reentrant. */
 void rl_pool_for(rl_pool *p, rl_pool_items_fn fn, void *ctx, size_t n, size_t min_claim);
 
 /* Number of online CPUs (the default thread count). */

@@ -100,7 +100,7 @@ static void test_for(void) {
 
         if (nth >= 2) {
             /* Thread 1 stalls for 50 ms in its first claim; the other threads take the rest of
-             * its share (4 claims a share) instead of waiting. */
+             * its share (2 claims a share) instead of waiting. */
             size_t n = 8000, by1 = 0;
             CHECK(for_once(p, hits, n, 1, 1, &by1), "%zu threads, a stalled worker", nth);
             CHECK(by1 < n / nth, "%zu threads: the stalled thread ran %zu items, its whole share",
