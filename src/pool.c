@@ -45,8 +45,13 @@ struct rl_pool {
     size_t n;                 /* threads including the caller */
     pthread_t *threads;       /* [n - 1] workers */
     cursor *cur;              /* [n] shares of the current rl_pool_for region */
-    _Atomic uint64_t seq;     /* 2r + 1 while region r is written, 2r + 2 once published */
-    _Atomic int each;         /* region kind: 1 rl_pool_run, 0 rl_pool_for */
+    _Atomic int quit;
+    pthread_mutex_t mu;       /* with cv: sleeping workers wait for the next region */
+    pthread_cond_t cv;
+    /* 2r + 1 while region r is written, 2r + 2 once published. Its own line: the workers poll
+     * it while the caller writes the fields below. */
+    _Alignas(64) _Atomic uint64_t seq;
+    _Alignas(64) _Atomic int each; /* region kind: 1 rl_pool_run, 0 rl_pool_for */
     _Atomic(rl_pool_fn) fn;
     _Atomic(rl_pool_items_fn) ifn;
     _Atomic(void *) ctx;
@@ -54,9 +59,6 @@ struct rl_pool {
     /* rl_pool_run: workers finished; rl_pool_for: items finished. Its own line: the caller
      * polls it while the workers read the region's fields. */
     _Alignas(64) _Atomic size_t done;
-    _Atomic int quit;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
 };
 
 typedef struct worker_arg {
