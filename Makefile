@@ -1,13 +1,15 @@
 # rawloop — build with `make`, test with `make test` (see README.md).
 #
 #   make                 build/rawloop (CPU backend; SIMD level chosen by ARCH, default native)
-#   make check           everything CI runs: test + test-asan + fuzz-short, one summary line
+#   make check           everything CI runs: test + test-arm64 + test-asan + test-tsan +
+#                        fuzz-short, one summary line
 #   make test            unit tests, tokenizer vectors, malformed-input corpus, HF oracle (pytest)
 #   make test-asan       the same suite built with AddressSanitizer + UBSan, in build-asan/
 #   make fuzz            libFuzzer targets in build-fuzz/ (clang); `make fuzz-short` runs each briefly
 #   make ARCH=           portable build: no -march (scalar + baseline SIMD only)
 #   make test-arm64      NEON kernels: test_quant cross-built for arm64, run under qemu-aarch64
 #   make test-avx512     AVX-512 kernels: test_quant built for x86-64-v4 (+VNNI), run where supported
+#   make test-tsan       the thread pool's test under ThreadSanitizer
 
 CC      ?= cc
 BUILD   ?= build
