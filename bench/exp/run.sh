@@ -39,7 +39,7 @@
 #                                      build), with test_cuda in 16-warp blocks
 #   bash bench/exp/run.sh var-VAR      a build variant (build.sh VAR, carried as build-dev/VAR.tar.xz:
 #                                      fma = HEAD + q8-fma.patch, session 33's run; mvxr, mvxr8 =
-#                                      HEAD + mvxr.patch, mvxa = + mvxa.patch, not yet run)
+#                                      HEAD + mvxr.patch, mvxa = + mvxa.patch: run in session 35, v2.32)
 #                                      against main: its chunks = its
 #                                      one-token logits (mvx and dp4a), its distance to main, S=1
 #                                      and S=16 of both alternated, two rounds (CHUNKS), its test_cuda
