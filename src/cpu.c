@@ -430,8 +430,7 @@ static const rl_q8a *quant_act(rl_cpu *c, const float *x, size_t S, size_t n,
     for (size_t i = 0; i < nw; i++) need |= !rl_type_fp32_act(w[i]->type);
     if (c->exact || !need) return NULL;
     qa_job j = {x, c->xq, S, n};
-    if (S == 1) qa_items(&j, 0, 1, 0);
-    else rl_pool_for(c->pool, qa_items, &j, S, 1);
+    rl_pool_for(c->pool, qa_items, &j, S, 1); /* one row runs on this thread */
     return c->xq;
 }
 

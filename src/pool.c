@@ -51,8 +51,7 @@ struct rl_pool {
     /* 2r + 1 while region r is written, 2r + 2 once published. Its own line: the workers poll
      * it while the caller writes the fields below. */
     _Alignas(64) _Atomic uint64_t seq;
-    _Alignas(64) _Atomic int each; /* region kind: 1 rl_pool_run, 0 rl_pool_for */
-    _Atomic(rl_pool_fn) fn;
+    _Alignas(64) _Atomic(rl_pool_fn) fn; /* rl_pool_run's region; NULL for rl_pool_for's */
     _Atomic(rl_pool_items_fn) ifn;
     _Atomic(void *) ctx;
     _Atomic size_t items, claim;
@@ -68,14 +67,19 @@ typedef struct worker_arg {
 
 static uint32_t tag_of(uint64_t seq) { return (uint32_t)(seq >> 1); }
 
+/* One round of a wait: a pause, and past YIELD_AFTER rounds the core given up instead. */
+static void backoff(int spins) {
+    if (spins > YIELD_AFTER) sched_yield();
+    else cpu_relax();
+}
+
 /* The first published region after `seen`. */
 static uint64_t wait_next(rl_pool *p, uint64_t seen) {
     for (int spins = 0;; spins++) {
         uint64_t s = atomic_load_explicit(&p->seq, memory_order_acquire);
         if (s != seen && !(s & 1)) return s;
         if (spins < SPIN_LIMIT) {
-            if (spins > YIELD_AFTER) sched_yield();
-            else cpu_relax();
+            backoff(spins);
             continue;
         }
         pthread_mutex_lock(&p->mu);
@@ -122,7 +126,6 @@ static void *worker(void *arg) {
         uint64_t s = wait_next(p, seen);
         seen = s;
         if (atomic_load(&p->quit)) return NULL;
-        int each = atomic_load_explicit(&p->each, memory_order_relaxed);
         rl_pool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
         rl_pool_items_fn ifn = atomic_load_explicit(&p->ifn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&p->ctx, memory_order_relaxed);
@@ -130,7 +133,7 @@ static void *worker(void *arg) {
         size_t claim = atomic_load_explicit(&p->claim, memory_order_relaxed);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load_explicit(&p->seq, memory_order_relaxed) != s) continue; /* came late */
-        if (each) {
+        if (fn) {
             fn(ctx, wa.ith, p->n);
             atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
         } else {
@@ -140,19 +143,18 @@ static void *worker(void *arg) {
 }
 
 /* Publishes the next region (its fields written inside the odd phase) and wakes the sleepers. */
-static uint64_t publish(rl_pool *p, int each, rl_pool_fn fn, rl_pool_items_fn ifn, void *ctx,
-                        size_t items, size_t claim) {
+static uint64_t publish(rl_pool *p, rl_pool_fn fn, rl_pool_items_fn ifn, void *ctx, size_t items,
+                        size_t claim) {
     uint64_t s = atomic_load_explicit(&p->seq, memory_order_relaxed) + 1;
     atomic_store_explicit(&p->seq, s, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&p->each, each, memory_order_relaxed);
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
     atomic_store_explicit(&p->ifn, ifn, memory_order_relaxed);
     atomic_store_explicit(&p->ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&p->items, items, memory_order_relaxed);
     atomic_store_explicit(&p->claim, claim, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    for (size_t v = 0; !each && v < p->n; v++)
+    for (size_t v = 0; !fn && v < p->n; v++)
         atomic_store_explicit(&p->cur[v].v, ((uint64_t)tag_of(s + 1) << 32) | (items * v / p->n),
                               memory_order_relaxed);
     pthread_mutex_lock(&p->mu);
@@ -163,10 +165,8 @@ static uint64_t publish(rl_pool *p, int each, rl_pool_fn fn, rl_pool_items_fn if
 }
 
 static void wait_done(rl_pool *p, size_t want) {
-    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) != want; spins++) {
-        if (spins > YIELD_AFTER) sched_yield();
-        else cpu_relax();
-    }
+    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) != want; spins++)
+        backoff(spins);
 }
 
 int rl_pool_new(rl_pool **out, size_t n_threads, rl_err *e) {
@@ -219,7 +219,7 @@ void rl_pool_run(rl_pool *p, rl_pool_fn fn, void *ctx) {
         fn(ctx, 0, 1);
         return;
     }
-    publish(p, 1, fn, NULL, ctx, 0, 0);
+    publish(p, fn, NULL, ctx, 0, 0);
     fn(ctx, 0, p->n);
     wait_done(p, p->n - 1);
 }
@@ -253,7 +253,7 @@ void rl_pool_for(rl_pool *p, rl_pool_items_fn fn, void *ctx, size_t n, size_t mi
     }
     size_t claim = (n + p->n * CLAIMS_PER_SHARE - 1) / (p->n * CLAIMS_PER_SHARE);
     if (claim < min_claim) claim = min_claim;
-    uint64_t s = publish(p, 0, NULL, fn, ctx, n, claim);
+    uint64_t s = publish(p, NULL, fn, ctx, n, claim);
     take_items(p, tag_of(s), 0, fn, ctx, n, claim);
     wait_done(p, n);
 }

@@ -1,8 +1,8 @@
 /* A fixed pool of worker threads for the forward pass.
  *
- * A decode step runs ~10 parallel regions per layer, a few hundred per token, so waking
- * workers through a condition variable each time would cost more than the work. Workers spin on
- * a sequence counter for a while after each region and only then sleep.
+ * A decode step runs 5 parallel regions per layer (a batch a few more), over a hundred per
+ * token, so waking workers through a condition variable each time would cost more than the
+ * work. Workers spin on a sequence counter for a while after each region and only then sleep.
  *
  * Two kinds of region:
  * - rl_pool_run calls fn once on every thread and waits for all of them (loading, quantizing,

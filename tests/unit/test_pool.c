@@ -1,9 +1,11 @@
 /* The thread pool: rl_pool_run calls every thread exactly once a region; rl_pool_for runs every
  * item exactly once a region over every item count and claim size, passes thread indices in
  * range, lets the other threads take a stalled thread's share, never runs a finished region's
- * items in a later one (a context on the caller's stack, reused region after region), and wakes
- * workers that went to sleep. `make test-tsan` runs this file under ThreadSanitizer. */
+ * items in a later one (a context on the caller's stack, reused region after region), wakes
+ * workers that went to sleep, and splits a region of more than 2^32 items. `make test-tsan`
+ * runs this file under ThreadSanitizer. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
 
@@ -110,8 +112,33 @@ static void test_for(void) {
     }
 }
 
+typedef struct big_ctx {
+    _Atomic uint64_t covered, bad;
+    uint64_t n;
+} big_ctx;
+
+static void big_fn(void *ctx, size_t lo, size_t hi, size_t ith) {
+    big_ctx *c = ctx;
+    if (lo >= hi || hi > c->n) atomic_fetch_add(&c->bad, 1);
+    else atomic_fetch_add(&c->covered, hi - lo);
+}
+
+/* More items than the cursors' 32 bits hold: the region runs in pieces, each item once (large
+ * claims, so no item is touched one by one). */
+static void test_for_big(void) {
+    rl_pool *p;
+    CHECK(rl_pool_new(&p, 2, NULL) == 0, "pool of 2");
+    big_ctx c = {.n = (uint64_t)UINT32_MAX * 2 + 12345};
+    rl_pool_for(p, big_fn, &c, (size_t)c.n, (size_t)1 << 40);
+    CHECK(atomic_load(&c.bad) == 0, "%llu ranges out of bounds", (unsigned long long)c.bad);
+    CHECK(atomic_load(&c.covered) == c.n, "covered %llu of %llu items",
+          (unsigned long long)c.covered, (unsigned long long)c.n);
+    rl_pool_free(p);
+}
+
 int main(void) {
     test_run();
     test_for();
+    test_for_big();
     return check_report("test_pool");
 }
