@@ -43,6 +43,11 @@
 #                                      against main: its chunks = its
 #                                      one-token logits (mvx and dp4a), its distance to main, S=1
 #                                      and S=16 of both alternated, two rounds (CHUNKS), its test_cuda
+#   bash bench/exp/run.sh res          the exact chunk's layouts (RL_CUDA_MVX_RES 0 blocked, 1 residue;
+#                                      session 36): chunks = one-token logits under both and the
+#                                      dp4a kernel, main's logits = the old build's (build-dev/old.tar.xz,
+#                                      the build before, where carried); S=16 under 0 / 1 (and old)
+#                                      alternated, two rounds, on CHUNKS="tl tlq8 7b 8b 7bq8"; test_cuda
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -68,13 +73,13 @@ M=/tmp/b/main/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/ra
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
 mk() { [ -f /tmp/m/$3 ] || { $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3.part -t ${MK_T:-4} > /tmp/m/$3.log 2>&1 &&
   mv /tmp/m/$3.part /tmp/m/$3; }; }
-# the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8 8bf16 tlq4km 8bq4km 7bq5km) made side by side, those missing
+# the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8 8bf16 tlq4km 8bq4km 7bq5km tlq8) made side by side, those missing
 models() { for f in "$@"; do case $f in
   tl) mk tinyllama-1.1b Q4_0 tl.gguf & ;; 7b) mk llama2-7b Q4_0 7b.gguf & ;; 7brq2) mk llama2-7b RQ2 7brq2.gguf & ;;
   7bq4km) mk llama2-7b Q4_K_M 7bq4km.gguf & ;; 7bf16) mk llama2-7b F16 7bf16.gguf & ;; 8b) mk llama3-8b Q4_0 8b.gguf & ;;
   tlf16) mk tinyllama-1.1b F16 tlf16.gguf & ;; 7bq8) mk llama2-7b Q8_0 7bq8.gguf & ;; 8bf16) mk llama3-8b F16 8bf16.gguf & ;;
   tlq4km) mk tinyllama-1.1b Q4_K_M tlq4km.gguf & ;; 8bq4km) mk llama3-8b Q4_K_M 8bq4km.gguf & ;;
-  7bq5km) mk llama2-7b Q5_K_M 7bq5km.gguf & ;;
+  7bq5km) mk llama2-7b Q5_K_M 7bq5km.gguf & ;; tlq8) mk tinyllama-1.1b Q8_0 tlq8.gguf & ;;
   esac; done; wait; echo "models $(( $(date +%s) - t0 )) s"; }
 tg() { local b=$1 f=$2 l=$3; shift 3
   env "$@" $b bench --device cuda -m $f -p 0 -n 128 -r 3 --json 2>/dev/null | tail -1 > /tmp/j.json
@@ -237,8 +242,25 @@ PY
     python3 -c "print('%-6s r$r S=1 main %7.1f ± %4.1f $VAR %7.1f ± %4.1f (%+.1f%%)  S=16 main %8.1f ± %5.1f (%5.2fx) $VAR %8.1f ± %5.1f (%5.2fx, %+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0,$5,$6,$5/$1 if $1 else 0,$7,$8,$7/$3 if $3 else 0,100*($7/$5-1) if $5 else 0))"
   done; done
   /tmp/b/$VAR/test_cuda > /tmp/tc-$VAR.log 2>&1; echo "test_cuda, $VAR build: $(tail -1 /tmp/tc-$VAR.log)" ;;
+res)
+  F=${CHUNKS:-tl tlq8 7b 8b 7bq8}; models $F; O=/tmp/b/old/rawloop
+  for f in $F; do
+    if [ $f = tl ]; then B="1 4 8 16"; else B="1 16"; fi
+    kbits RL_CUDA_MVX_RES "0 1" "$B" 40; kbits RL_CUDA_MVX "1 0" "$B" 40
+    [ $f != tl ] || kbits RL_CUDA_MVX_RES "0 1" "1 16" 300
+    ids=$(seq 1 40 | tr '\n' ' ')
+    if [ -x $O ]; then
+      for b in $M $O; do $b logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b 16 --ids "$ids" -o /tmp/lg-${b//\//_}.bin > /dev/null 2>&1; done
+      same "40 ids -b 16: main = the old build" /tmp/lg-${M//\//_}.bin /tmp/lg-${O//\//_}.bin; fi
+  done
+  for r in 1 2; do for f in $F; do
+    s1=$(pp $M "-b 1" $f 128); set -- $(RL_CUDA_MVX_RES=0 pp $M "" $f 512) $(RL_CUDA_MVX_RES=1 pp $M "" $f 512)
+    o="0 0"; [ ! -x $O ] || o=$(pp $O "" $f 512); set -- $s1 "$@" $o
+    python3 -c "print('%-6s r$r S=1 %7.1f ± %4.1f  S=16 blocked %8.1f ± %5.1f (%5.2fx)  residue %8.1f ± %5.1f (%5.2fx, %+.1f%%)  old %8.1f ± %5.1f (%+.1f%%)'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0,$5,$6,$5/$1 if $1 else 0,100*($5/$3-1) if $3 else 0,$7,$8,100*($7/$3-1) if $3 else 0))"
+  done; done
+  /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, stage8, var-VAR, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

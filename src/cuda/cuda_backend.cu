@@ -157,6 +157,12 @@ static int mv_warps_for(size_t n_embd) { return n_embd >= 4096 ? 16 : 8; }
  * 13-16 warps per SM where the register kernel has 32); Q4_0/Q8_0 gain at both sizes. */
 static int mvs_for(size_t n_embd) { return n_embd >= 4096 ? 2 : 1; }
 
+/* The exact chunk's layout (mvx.cu) when RL_CUDA_MVX_RES is unset: residues where the input is
+ * short enough that a tile's two rounds make the tree's weight count (an H100, S = 16,
+ * docs/PERF.md v2.32: TinyLlama Q4_0 +12%; at n_embd 4096 7B Q4_0 +0.1%, 8B Q4_0 -2%, 7B Q8_0
+ * -5.5%). */
+static int mvx_res_for(size_t n_embd) { return n_embd <= 2048 ? 1 : 0; }
+
 static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
     if (knob("RL_CUDA_MV_WARPS", 0, 0, 16, &k->mv_warps, e) || /* 0: mv_warps_for */
         knob("RL_CUDA_MV_BLOCKS", 8, 1, 64, &k->mv_blocks_per_sm, e) ||
@@ -178,6 +184,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
         knob("RL_CUDA_ATT_STAGE", 1, 0, 1, &k->att_stage, e) || /* Wo's chunk input from the flash decode */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
+        knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
         knob("RL_CUDA_PF_ROPE_TAB", 1, 0, 1, &k->pf_rope_tab, e) || /* its RoPE angles (attention.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
@@ -979,6 +986,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     if (read_knobs(&c->knobs, e)) return -1;
     if (!c->knobs.mv_warps) c->knobs.mv_warps = mv_warps_for(cfg->n_embd);
     if (c->knobs.mvs < 0) c->knobs.mvs = mvs_for(cfg->n_embd);
+    if (c->knobs.mvx_res < 0) c->knobs.mvx_res = mvx_res_for(cfg->n_embd);
     if (o->kv_type == RL_KV_F32)
         return rl_fail(e, "CUDA: --kv-type f32 is CPU-only; the GPU keeps an f16 or q8 cache");
     c->kv_q8 = o->kv_type == RL_KV_Q8;
@@ -1178,6 +1186,7 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
     if (read_knobs(&c.knobs, e)) return -1;
     if (!c.knobs.mv_warps) c.knobs.mv_warps = 8;
     if (c.knobs.mvs < 0) c.knobs.mvs = 1;
+    if (c.knobs.mvx_res < 0) c.knobs.mvx_res = mvx_res_for(cols);
     c.knobs.pdl = 0; /* a lone launch on the legacy stream */
     cudaDeviceProp p;
     CK(cudaGetDeviceProperties(&p, 0));

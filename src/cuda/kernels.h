@@ -174,6 +174,10 @@ struct rl_cuda_knobs {
                             so with PDL under RL_CUDA_PDL=2 (RL_CUDA_MVX_STAGE8: 1 default; 0 the
                             one-token kernel's block size); the same bits, S=16 +1-3% on 7B / 8B
                             (docs/PERF.md v2.30) */
+    int mvx_res;         /* the tensor-core chunk's layout (mvx.cu's header; RL_CUDA_MVX_RES): 0
+                            blocked (warp w: residues 4w..4w+3), 1 residue (w, w+8, w+16, w+24;
+                            the tree's first two steps in registers); unset: 1 at n_embd <= 2048
+                            (cuda_backend.cu mvx_res_for); the same bits either way */
     int pf_mma;          /* the fast prefill's attention on fp16 tensor cores where it applies
                             (RL_CUDA_PF_MMA: 1 default, 0 the fp32 CUDA-core kernel) */
     int pf_rope_tab;     /* the fast prefill's RoPE angles from a per-chunk table

@@ -31,8 +31,10 @@ __device__ __forceinline__ void cp16(uint32_t dst, const void *src) {
 __device__ __forceinline__ void cp16z(uint32_t dst, const void *src, int bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void cp8z(uint32_t dst, const void *src, int bytes) { /* cp16z's, 8 bytes (L1 too) */
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+/* cp16z's for N = 4 or 8 bytes (L1 too): the first `bytes` of N, the rest zero-filled */
+template <int N> __device__ __forceinline__ void cp_z(uint32_t dst, const void *src, int bytes) {
+    static_assert(N == 4 || N == 8, "cp.async.ca copies 4, 8 or 16 bytes");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;" ::"r"(dst), "l"(src), "n"(N), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void cp4(uint32_t dst, const void *src) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");

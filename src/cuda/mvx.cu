@@ -8,10 +8,21 @@
  * those dots for 16 rows x 8 columns of one chunk at once. What must then match is the order
  * the float terms are summed in: lane l of the one-token kernel adds the terms of chunks l,
  * l + 32, l + 64, ... in that order, and the 32 lane sums meet in mv_finish's butterfly. Here
- * warp w of a block takes the chunks c with c mod 32 in 4w .. 4w + 3, in increasing order, and
- * keeps one sum per residue c mod 32 (four per warp), so each residue's sum is lane
- * (c mod 32)'s, op for op; the 32 residue sums of a (row, column) then meet in mv_tree32, lane
- * 0's butterfly written out, and the epilogue is mv_finish's (mv_epilogue).
+ * warp w of a block takes four residues c mod 32 of the chunks c, in increasing order, and
+ * keeps one sum per residue, so each residue's sum is lane (c mod 32)'s, op for op; the 32
+ * residue sums of a (row, column) then meet as in mv_tree32, lane 0's butterfly written out,
+ * and the epilogue is mv_finish's (mv_epilogue). Which four residues is the layout, a template
+ * flag RES chosen by shape (knob RL_CUDA_MVX_RES), the same bits either way:
+ *  - blocked (RES false): 4w .. 4w + 3. A warp's chunks of a row are 64 or 128 contiguous
+ *    bytes, its scales one 8-byte copy; the tree is mv_tree32 over 32 values in shared memory.
+ *  - residue (RES true): w, w + 8, w + 16, w + 24. The butterfly's first two steps
+ *    (v[l] + v[l + 16], then + v[l + 8]) meet only one warp's four sums, so the warp adds them
+ *    in registers and the block takes the last three steps over 8 values (shared memory for
+ *    the sums 35.9 -> 9.8 KB at 16 columns). Its codes come in 16- or 32-byte pieces and its
+ *    scales as 4-byte pairs (chunks c & ~1, c | 1: cp.async copies no less than 4 bytes), which
+ *    warps w and w ^ 1 share. Measured against blocked at S = 16 (docs/PERF.md v2.32, an H100):
+ *    +12% on TinyLlama Q4_0 (n_embd 2048: two rounds a tile, where the tree weighs most),
+ *    +0.1% 7B Q4_0, -2% 8B Q4_0, -5.5% 7B Q8_0.
  *
  * Work: a tile of 16 rows (GLU: gate rows r..r+7 and up rows r..r+7, so that a lane holds the
  * gate and up sums of the same row after the tree) x the ns columns; blocks of 8 warps
@@ -40,13 +51,28 @@
 #define MVX_SLOTS (32 / MVX_WARPS) /* residue sums per warp */
 #define MVX_DEPTH 4                /* ring stages: rounds in flight while one is used */
 
-template <int T> struct mvx_tr {
-    static constexpr int QB = T == RL_Q4_0 ? 16 : 32;        /* code bytes per 32-value chunk */
-    static constexpr int WROW = MVX_SLOTS * QB + 16;         /* a warp stage's row of codes, padded */
-    /* a warp's stage: its codes, then 16 rows of its MVX_SLOTS fp16 scales */
-    static constexpr int STAGE = 16 * WROW + 16 * 2 * MVX_SLOTS;
+/* Type T's stage in layout RES (the file's header). Warp w's slot k is chunk
+ * 32 round + base(w) + STEP k of a round. */
+template <int T, bool RES> struct mvx_tr {
+    static constexpr int QB = T == RL_Q4_0 ? 16 : 32; /* code bytes per 32-value chunk */
+    static constexpr int WROW = MVX_SLOTS * QB + 16;  /* a warp stage's row of codes, padded */
+    static constexpr int STEP = RES ? MVX_WARPS : 1;
+    /* scale copies: RES, a row's 4 pairs (4 bytes each, 2 lanes' worth of copies); blocked, one
+     * 8-byte copy a row (lanes 0..15) */
+    static constexpr int SC_BYTES = RES ? 4 : 8, SC_PER_ROW = RES ? MVX_SLOTS : 1, SC_COPIES = 16 * SC_PER_ROW;
+    static constexpr int SC_ROW = SC_BYTES * SC_PER_ROW / 2; /* fp16 scales a row holds */
+    /* a warp's stage: its codes, then 16 rows of scales */
+    static constexpr int STAGE = 16 * WROW + SC_BYTES * SC_COPIES;
+    static constexpr int PART = RES ? MVX_WARPS : 32; /* sums a (row, column) leaves for the block's tree */
+    __device__ static int base(int warp) { return RES ? warp : MVX_SLOTS * warp; }
+    /* the first chunk of scale copy p's row (RES: the pair of slot p % 4, chunks c & ~1, c | 1) */
+    __device__ static int sc_first(int warp, int p) {
+        return RES ? (warp & ~1) + MVX_WARPS * (p % SC_PER_ROW) : MVX_SLOTS * warp;
+    }
+    /* where slot k's fp16 scale sits in its row of the stage's scales */
+    __device__ static int sc_slot(int warp, int k) { return RES ? 2 * k + (warp & 1) : k; }
 };
-static_assert(MVX_SLOTS == 4, "a warp's round: 4 chunks a row, its scales one 8-byte copy");
+static_assert(MVX_SLOTS == 4, "a warp's round: 4 chunks a row; RES: its residues meet in two butterfly steps");
 
 /* d = a b + c over int32, c the accumulator's fragment: the terms c0, c1 of columns 2t, 2t + 1
  * for rows g and g + 8 alike. The integer sum is exact whoever adds it, so each column's term
@@ -131,26 +157,33 @@ __global__ void mvx_stage_kernel(const rl_mv_args a) {
 
 /* The copy cursor of one lane: the cp.async copies of its warp's stages, one round (16 rows x
  * the warp's 4 chunks, codes and scales) per stage, tile after tile. Lane l copies the code
- * pieces l, l + 32, ... of its warp's round (piece p: row p / PPR, 16 bytes at 16 (p % PPR) of
- * the row's 4 chunks) and, l < 16, the 8 scale bytes of row l. Its source pointers are set once
- * per tile (seek) and advanced by additions per round (working them out per round had been ~140
- * of the loop's ~590 warp-instructions, sm_90a SASS). */
-template <int T, bool GLU> struct mvx_cursor {
-    static constexpr int QB = mvx_tr<T>::QB, PPR = MVX_SLOTS * QB / 16, PPL = 16 * PPR / 32;
-    const uint8_t *q[PPL], *s; /* this lane's next source bytes */
-    int lt, round;             /* local tile (the block's lt-th) and round of the next stage */
+ * pieces l, l + 32, ... of its warp's round (piece p: row p / PPR, the 16 bytes 16 (p % PPR) ..
+ * of the row's 4 chunks as the stage holds them) and the scale copies l, l + 32 below
+ * SC_COPIES (copy p: row p / SC_PER_ROW). Its source pointers are set once per tile (seek) and
+ * advanced by additions per round (working them out per round had been ~140 of the loop's ~590
+ * warp-instructions, sm_90a SASS). */
+template <int T, bool GLU, bool RES> struct mvx_cursor {
+    using TR = mvx_tr<T, RES>;
+    static constexpr int QB = TR::QB, PPR = MVX_SLOTS * QB / 16, PPL = 16 * PPR / 32, PPC = QB / 16;
+    static constexpr int SPL = (TR::SC_COPIES + 31) / 32; /* scale copies a lane (some lanes none) */
+    const uint8_t *q[PPL], *s[SPL]; /* this lane's next source bytes */
+    int lt, round;                  /* local tile (the block's lt-th) and round of the next stage */
 
     __device__ __forceinline__ void seek(const rl_mv_args &a, int warp, int lane) {
         int si, r0, r;
         mvx_tile<GLU>(a, blockIdx.x + lt * gridDim.x, &si, &r0);
 #pragma unroll
         for (int j = 0; j < PPL; j++) {
-            const int p = lane + 32 * j;
+            const int p = lane + 32 * j, k = p % PPR; /* slot k / PPC, its piece k % PPC */
             const rl_dmat &m = mvx_row<GLU>(a, si, r0, p / PPR, &r);
-            q[j] = qrow(m, r) + MVX_SLOTS * warp * QB + 16 * (p % PPR);
+            q[j] = qrow(m, r) + (TR::base(warp) + TR::STEP * (k / PPC)) * QB + 16 * (k % PPC);
         }
-        const rl_dmat &m = mvx_row<GLU>(a, si, r0, lane & 15, &r);
-        s = srow(m, r) + 2 * MVX_SLOTS * warp;
+#pragma unroll
+        for (int j = 0; j < SPL; j++) {
+            const int p = (lane + 32 * j) % TR::SC_COPIES; /* lanes past the copies: any row */
+            const rl_dmat &m = mvx_row<GLU>(a, si, r0, p / TR::SC_PER_ROW, &r);
+            s[j] = srow(m, r) + 2 * TR::sc_first(warp, p);
+        }
     }
 
     __device__ __forceinline__ void init(const rl_mv_args &a, int warp, int lane) {
@@ -162,18 +195,22 @@ template <int T, bool GLU> struct mvx_cursor {
     __device__ __forceinline__ void issue(const rl_mv_args &a, uint32_t st, int my_tiles, int R, int nch, int warp,
                                           int lane) {
         if (lt >= my_tiles) return;
-        const int c0 = 32 * round + MVX_SLOTS * warp; /* the warp's first chunk of the round */
+        const int c0 = 32 * round + TR::base(warp); /* the warp's first chunk of the round */
 #pragma unroll
         for (int j = 0; j < PPL; j++) {
             const int p = lane + 32 * j, k = p % PPR;
-            if (c0 + k * 16 / QB < nch) cp16(st + (p / PPR) * mvx_tr<T>::WROW + 16 * k, q[j]);
+            if (c0 + TR::STEP * (k / PPC) < nch) cp16(st + (p / PPR) * TR::WROW + 16 * k, q[j]);
             q[j] += 32 * QB;
         }
-        if (lane < 16) { /* scales past the row's end are zero-filled */
-            const int left = c0 < nch ? 2 * (nch - c0) : 0;
-            const uint8_t *row = s - 64 * round - 2 * MVX_SLOTS * warp; /* copies nothing: any address in the row */
-            cp8z(st + 16 * mvx_tr<T>::WROW + 8 * lane, left ? s : row, left < 8 ? left : 8);
-            s += 64;
+#pragma unroll
+        for (int j = 0; j < SPL; j++) { /* scales past the row's end are zero-filled */
+            const int p = lane + 32 * j;
+            if (p >= TR::SC_COPIES) break;
+            const int c = 32 * round + TR::sc_first(warp, p), left = c < nch ? 2 * (nch - c) : 0;
+            const uint8_t *row = s[j] - 2 * c; /* copies nothing: any address in the row */
+            cp_z<TR::SC_BYTES>(st + 16 * TR::WROW + TR::SC_BYTES * p, left ? s[j] : row,
+                               left < TR::SC_BYTES ? left : TR::SC_BYTES);
+            s[j] += 64;
         }
         if (++round == R) {
             round = 0;
@@ -182,12 +219,13 @@ template <int T, bool GLU> struct mvx_cursor {
     }
 };
 
-template <int T, bool GLU, int NS>
+template <int T, bool GLU, int NS, bool RES>
 __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(const rl_mv_args a) {
+    using TR = mvx_tr<T, RES>;
     constexpr int NT = (NS + 7) / 8; /* 8-column MMA tiles */
-    constexpr int QB = mvx_tr<T>::QB, WROW = mvx_tr<T>::WROW;
+    constexpr int QB = TR::QB, WROW = TR::WROW, STEP = TR::STEP;
     extern __shared__ __align__(16) uint8_t ring[]; /* per warp, MVX_DEPTH stages */
-    __shared__ float part[32][16][NS + 1];          /* [residue][tile row][column] */
+    __shared__ float part[TR::PART][16][NS + 1];    /* [residue, RES: warp][tile row][column] */
     __shared__ float fin[16][NS + 1];
     rl_pdl_trigger();
     const int n = a.n, nch = n / 32, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -195,13 +233,13 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
     const int tiles = mvx_tiles(a, GLU), R = (nch + 31) / 32;
     /* this block's tiles; their rounds are one sequence of stages */
     const int my_tiles = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
-    const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring) + warp * MVX_DEPTH * mvx_tr<T>::STAGE;
-    uint8_t *wring = ring + warp * MVX_DEPTH * mvx_tr<T>::STAGE;
-    mvx_cursor<T, GLU> cur;
+    const uint32_t ring0 = (uint32_t)__cvta_generic_to_shared(ring) + warp * MVX_DEPTH * TR::STAGE;
+    uint8_t *wring = ring + warp * MVX_DEPTH * TR::STAGE;
+    mvx_cursor<T, GLU, RES> cur;
     cur.init(a, warp, lane);
     /* the first stages are weights only: in flight before waiting for the staging kernel */
     for (int s = 0; s < MVX_DEPTH - 1; s++) {
-        cur.issue(a, ring0 + s * mvx_tr<T>::STAGE, my_tiles, R, nch, warp, lane);
+        cur.issue(a, ring0 + s * TR::STAGE, my_tiles, R, nch, warp, lane);
         cp_commit();
     }
     rl_pdl_wait();
@@ -218,13 +256,14 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[k][nt][e] = 0.0f;
-        /* a round's chunks c = 32 round + MVX_SLOTS warp + k: this warp's fragments advance 32 chunks a round */
-        const uint8_t *fr = frag + (size_t)(MVX_SLOTS * warp) * MVX_FRAG;
+        /* a round's chunks c = 32 round + base(warp) + STEP k: this warp's fragments advance 32 chunks a round */
+        const uint8_t *fr = frag + (size_t)TR::base(warp) * MVX_FRAG;
         for (int round = 0; round < R; round++, s++, fr += 32 * MVX_FRAG) {
-            const int c0 = 32 * round + MVX_SLOTS * warp;
+            const int c0 = 32 * round + TR::base(warp);
             /* the round's activation fragments (in L2) do not depend on the ring: their loads
              * go out before the stage wait, which then covers their latency */
-            const bool full = c0 + MVX_SLOTS <= nch;
+            /* (written with <=: the same test with < left Q4_0's 16-column GLU kernel an 8-byte spill, ptxas 13) */
+            const bool full = c0 + STEP * (MVX_SLOTS - 1) + 1 <= nch;
             uint4 bw[MVX_SLOTS];
             float4 dx4[MVX_SLOTS];
             int4 kb4[MVX_SLOTS]; /* MVX_MAGIC less Q4_0's 8 sum(x) */
@@ -234,7 +273,7 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
                 constexpr bool FULL = decltype(fullc)::value;
 #pragma unroll
                 for (int k = 0; k < MVX_SLOTS; k++) {
-                    const uint8_t *f = FULL || c0 + k < nch ? fr + k * MVX_FRAG : frag;
+                    const uint8_t *f = FULL || c0 + STEP * k < nch ? fr + STEP * k * MVX_FRAG : frag;
                     bw[k] = *(const uint4 *)(f + 16 * lane);
                     dx4[k] = *(const float4 *)(f + 512 + 32 * t);
                     kb4[k] = *(const int4 *)(f + 512 + 32 * t + 16);
@@ -244,15 +283,15 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
             else load(std::false_type{});
             cp_wait<MVX_DEPTH - 2>();
             __syncwarp(); /* the warp's stage s is in; its lanes are done with stage s - 1, refilled next */
-            cur.issue(a, ring0 + ((s + MVX_DEPTH - 1) % MVX_DEPTH) * mvx_tr<T>::STAGE, my_tiles, R, nch, warp, lane);
+            cur.issue(a, ring0 + ((s + MVX_DEPTH - 1) % MVX_DEPTH) * TR::STAGE, my_tiles, R, nch, warp, lane);
             cp_commit();
-            const uint8_t *stg = wring + (s % MVX_DEPTH) * mvx_tr<T>::STAGE;
+            const uint8_t *stg = wring + (s % MVX_DEPTH) * TR::STAGE;
             /* FULL as in load: no term is dropped */
             auto body = [&](auto fullc) {
                 constexpr bool FULL = decltype(fullc)::value;
 #pragma unroll
                 for (int k = 0; k < MVX_SLOTS; k++) {
-                    const bool on = FULL || c0 + k < nch;
+                    const bool on = FULL || c0 + STEP * k < nch;
                     const float dx[4] = {dx4[k].x, dx4[k].y, dx4[k].z, dx4[k].w};
                     const uint32_t *qa = (const uint32_t *)(stg + g * WROW + k * QB),
                                    *qb = (const uint32_t *)(stg + (g + 8) * WROW + k * QB);
@@ -269,8 +308,8 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
                         aw[2] = qa[4 + t];
                         aw[3] = qb[4 + t];
                     }
-                    const uint16_t *sc = (const uint16_t *)(stg + 16 * WROW);
-                    const float dw[2] = {h2f(sc[g * 4 + k]), h2f(sc[(g + 8) * 4 + k])};
+                    const uint16_t *sc = (const uint16_t *)(stg + 16 * WROW) + TR::sc_slot(warp, k);
+                    const float dw[2] = {h2f(sc[g * TR::SC_ROW]), h2f(sc[(g + 8) * TR::SC_ROW])};
 #pragma unroll
                     for (int nt = 0; nt < NT; nt++) {
                         int d[4]; /* the dot plus the column's term kb, ready for mvx_i2f */
@@ -290,25 +329,35 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
             if (full) body(std::true_type{});
             else body(std::false_type{});
         }
-        /* the tile's residue sums -> the butterfly's tree -> the epilogue. The first barrier of
-         * the next tile's tree keeps fin from being rewritten while read, and this tile's second
-         * keeps part from being rewritten before the tree has read it. */
+        /* the tile's residue sums -> the butterfly's tree -> the epilogue (RES: the tree's first
+         * two steps in the warp's registers, the header). The first barrier of the next tile's
+         * tree keeps fin from being rewritten while read, and this tile's second keeps part
+         * from being rewritten before the tree has read it. */
 #pragma unroll
-        for (int k = 0; k < MVX_SLOTS; k++)
+        for (int k = 0; k < (RES ? 1 : MVX_SLOTS); k++)
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int col = 2 * t + (e & 1) + 8 * nt;
-                    if (col < NS) part[MVX_SLOTS * warp + k][g + 8 * (e >> 1)][col] = acc[k][nt][e];
+                    const int col = 2 * t + (e & 1) + 8 * nt, row = g + 8 * (e >> 1);
+                    if (col >= NS) continue;
+                    if constexpr (RES) part[warp][row][col] = (acc[0][nt][e] + acc[2][nt][e]) + (acc[1][nt][e] + acc[3][nt][e]);
+                    else part[MVX_SLOTS * warp + k][row][col] = acc[k][nt][e];
                 }
         __syncthreads();
         for (int i = threadIdx.x; i < 16 * NS; i += blockDim.x) {
             const int row = i / NS, col = i % NS;
-            float v[32];
+            float v[TR::PART];
 #pragma unroll
-            for (int r = 0; r < 32; r++) v[r] = part[r][row][col];
-            fin[row][col] = mv_tree32(v);
+            for (int r = 0; r < TR::PART; r++) v[r] = part[r][row][col];
+            if constexpr (RES) {
+                mv_tree_step<4>(v);
+                mv_tree_step<2>(v);
+                mv_tree_step<1>(v);
+                fin[row][col] = v[0];
+            } else {
+                fin[row][col] = mv_tree32(v);
+            }
         }
         __syncthreads();
         int si, r0;
@@ -332,26 +381,35 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
 
 typedef void (*mvx_fn)(const rl_mv_args);
 
-template <int T> static mvx_fn mvx_pick(bool glu, int ns) {
+template <int T, bool RES> static mvx_fn mvx_pick_ns(bool glu, int ns) {
     switch (ns) {
-    case 4: return glu ? mvx_kernel<T, true, 4> : mvx_kernel<T, false, 4>;
-    case 8: return glu ? mvx_kernel<T, true, 8> : mvx_kernel<T, false, 8>;
-    default: return glu ? mvx_kernel<T, true, 16> : mvx_kernel<T, false, 16>;
+    case 4: return glu ? mvx_kernel<T, true, 4, RES> : mvx_kernel<T, false, 4, RES>;
+    case 8: return glu ? mvx_kernel<T, true, 8, RES> : mvx_kernel<T, false, 8, RES>;
+    default: return glu ? mvx_kernel<T, true, 16, RES> : mvx_kernel<T, false, 16, RES>;
     }
 }
 
-static size_t mvx_smem(uint32_t type) {
-    return (size_t)MVX_WARPS * MVX_DEPTH * (type == RL_Q4_0 ? mvx_tr<RL_Q4_0>::STAGE : mvx_tr<RL_Q8_0>::STAGE);
+static mvx_fn mvx_pick(uint32_t type, bool res, bool glu, int ns) {
+    if (type == RL_Q4_0) return res ? mvx_pick_ns<RL_Q4_0, true>(glu, ns) : mvx_pick_ns<RL_Q4_0, false>(glu, ns);
+    return res ? mvx_pick_ns<RL_Q8_0, true>(glu, ns) : mvx_pick_ns<RL_Q8_0, false>(glu, ns);
+}
+
+static size_t mvx_smem(uint32_t type, bool res) {
+    const int stage = type == RL_Q4_0 ? (res ? mvx_tr<RL_Q4_0, true>::STAGE : mvx_tr<RL_Q4_0, false>::STAGE)
+                                      : (res ? mvx_tr<RL_Q8_0, true>::STAGE : mvx_tr<RL_Q8_0, false>::STAGE);
+    return (size_t)MVX_WARPS * MVX_DEPTH * stage;
 }
 
 int rl_mvx_prepare(void) {
     for (uint32_t type : {RL_Q4_0, RL_Q8_0})
-        for (int glu = 0; glu < 2; glu++)
-            for (int ns : {4, 8, 16}) {
-                mvx_fn f = type == RL_Q4_0 ? mvx_pick<RL_Q4_0>(glu, ns) : mvx_pick<RL_Q8_0>(glu, ns);
-                cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mvx_smem(type));
-                if (err != cudaSuccess) return (int)err;
-            }
+        for (int res = 0; res < 2; res++)
+            for (int glu = 0; glu < 2; glu++)
+                for (int ns : {4, 8, 16}) {
+                    const int smem = (int)mvx_smem(type, res);
+                    cudaError_t err = cudaFuncSetAttribute(mvx_pick(type, res, glu, ns),
+                                                           cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+                    if (err != cudaSuccess) return (int)err;
+                }
     return 0;
 }
 
@@ -385,8 +443,9 @@ int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int sta
     const uint32_t type = a->seg[0].w.type;
     if (a->ns != 4 && a->ns != 8 && a->ns != 16) return -1;
     if (!a->staged && rl_mvx_stage_launch(a, k, stage_warps, st)) return -1;
-    mvx_fn f = type == RL_Q4_0 ? mvx_pick<RL_Q4_0>(glu, a->ns) : mvx_pick<RL_Q8_0>(glu, a->ns);
-    const size_t smem = mvx_smem(type);
+    const bool res = k->mvx_res == 1;
+    mvx_fn f = mvx_pick(type, res, glu, a->ns);
+    const size_t smem = mvx_smem(type, res);
     int occ = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, f, MVX_WARPS * 32, smem) != cudaSuccess || occ < 1) occ = 1;
     const int tiles = mvx_tiles(*a, glu), cap = occ * n_sm, blocks = tiles < cap ? tiles : cap;

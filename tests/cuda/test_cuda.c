@@ -162,7 +162,8 @@ static void test_matvec(uint32_t type, size_t rows, size_t cols, int mode, int w
 
 /* Exact chunks: one launch of ns = 4, 8 and 16 columns must give every column the bits of the
  * one-column launch (decoding's kernel) on the same input, in both numerics; for Q4_0 / Q8_0
- * with 8-bit activations under both chunk kernels (RL_CUDA_MVX=1: int8 tensor cores, 0: dp4a). */
+ * with 8-bit activations under both chunk kernels (RL_CUDA_MVX=1: int8 tensor cores in both
+ * layouts, RL_CUDA_MVX_RES=0 and 1; RL_CUDA_MVX=0: dp4a). */
 static void test_chunk(uint32_t type, size_t rows, size_t cols, int mode, int with_norm, bool fast) {
     enum { NS = 16 };
     const size_t rb = rl_row_bytes(type, cols), out = mode == 2 ? rows / 2 : rows;
@@ -182,8 +183,10 @@ static void test_chunk(uint32_t type, size_t rows, size_t cols, int mode, int wi
               "%s: %s", rl_type_name(type), e.msg);
     }
     const bool mma = fast && (type == RL_Q4_0 || type == RL_Q8_0);
-    for (int k = 0; k < (mma ? 2 : 1); k++) {
-        setenv("RL_CUDA_MVX", k ? "0" : "1", 1);
+    static const char *const kname[3] = {" mma blocked", " mma residue", " dp4a"};
+    for (int k = 0; k < (mma ? 3 : 1); k++) {
+        setenv("RL_CUDA_MVX", k == 2 ? "0" : "1", 1);
+        setenv("RL_CUDA_MVX_RES", k == 1 ? "1" : "0", 1);
         for (size_t ns = 4; ns <= NS; ns *= 2) {
             for (size_t s = 0; s < ns; s++) memcpy(yc + s * out, init, out * sizeof(float));
             int rc = rl_cuda_test_matvec_chunk(type, w, rows, cols, rb, x, nwp, 1e-5f, mode, fast, ns, yc, &e);
@@ -191,13 +194,14 @@ static void test_chunk(uint32_t type, size_t rows, size_t cols, int mode, int wi
             size_t bad = 0;
             for (size_t i = 0; i < ns * out; i++) bad += memcmp(&yc[i], &y1[i], sizeof(float)) != 0;
             CHECK(rc == 0 && bad == 0, "%s %zux%zu mode %d norm %d %s%s: chunk of %zu differs from one column at a time in %zu of %zu outputs",
-                  rl_type_name(type), rows, cols, mode, with_norm, fast ? "q8" : "f32", mma ? (k ? " dp4a" : " mma") : "",
+                  rl_type_name(type), rows, cols, mode, with_norm, fast ? "q8" : "f32", mma ? kname[k] : "",
                   ns, bad, ns * out);
         }
     }
     unsetenv("RL_CUDA_MVX");
+    unsetenv("RL_CUDA_MVX_RES");
     printf("  chunk  %-5s %5zu x %-5zu mode %d norm %d %s: 4/8/16 columns = one at a time%s\n", rl_type_name(type), rows,
-           cols, mode, with_norm, fast ? "q8 " : "f32", mma ? " (mma and dp4a)" : "");
+           cols, mode, with_norm, fast ? "q8 " : "f32", mma ? " (mma blocked, mma residue, dp4a)" : "");
     free(w); free(x); free(nw); free(init); free(y1); free(yc);
 }
 
@@ -373,9 +377,10 @@ int main(void) {
             }
         }
     /* exact chunks: odd rows and a partial last tile (77), GLU and residual modes (1000 x 2048),
-     * a chunk count that is not a multiple of 32 (5632 / 32 = 176), more tiles than one wave */
+     * a chunk count that is not a multiple of 32 (5632 / 32 = 176), an odd one (1184 / 32 = 37:
+     * the residue layout's last scale pair half past the end), more tiles than one wave */
     const size_t cshapes[][4] = {{77, 512, 0, 1}, {1000, 2048, 0, 1}, {1000, 2048, 1, 0}, {1000, 2048, 2, 1},
-                                 {256, 5632, 0, 0}, {12288, 1024, 0, 1}};
+                                 {256, 5632, 0, 0}, {77, 1184, 0, 1}, {200, 1184, 2, 0}, {12288, 1024, 0, 1}};
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)
         for (size_t s = 0; s < sizeof cshapes / sizeof *cshapes; s++)
             for (int fast = 0; fast < 1 + rl_cuda_has_q8(types[t]); fast++)
