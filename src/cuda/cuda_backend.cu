@@ -52,6 +52,7 @@ struct rl_cuda {
     float *logits;    /* [chunk][n_vocab] */
     float *part;      /* [chunk][n_head][n_split][head_dim + 2] */
     int *count;       /* [chunk][n_head] attention split tickets */
+    int *glu_cnt;     /* [n_ff / 32] tiles finished per 32 rows of a GLU chunk (knob RL_CUDA_GLU_STAGE) */
     void *mvs;        /* the chunk matvecs' scratch (rl_mv_scratch_bytes) */
     size_t chunk_max; /* tokens per exact launch at most: 16, or -b's 1/4/8 */
     /* exact chunks of 4, 8, 16 tokens, captured at first use: [0] the LM head on the last
@@ -158,9 +159,9 @@ static int mv_warps_for(size_t n_embd) { return n_embd >= 4096 ? 16 : 8; }
 static int mvs_for(size_t n_embd) { return n_embd >= 4096 ? 2 : 1; }
 
 /* The exact chunk's layout (mvx.cu) when RL_CUDA_MVX_RES is unset: residues where the input is
- * short enough that a tile's two rounds make the tree's weight count (an H100, S = 16,
- * docs/PERF.md v2.32: TinyLlama Q4_0 +12%; at n_embd 4096 7B Q4_0 +0.1%, 8B Q4_0 -2%, 7B Q8_0
- * -5.5%). */
+ * short enough that the tree weighs on a tile of two rounds (an H100, S = 16, docs/PERF.md
+ * v2.33: TinyLlama Q4_0 +10%, Q8_0 +8%; at n_embd 4096 7B Q4_0 -2%, 8B Q4_0 -4%, 7B Q8_0
+ * -3.6%). */
 static int mvx_res_for(size_t n_embd) { return n_embd <= 2048 ? 1 : 0; }
 
 static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
@@ -185,6 +186,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_ATT_STAGE", 1, 0, 1, &k->att_stage, e) || /* Wo's chunk input from the flash decode */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
+        knob("RL_CUDA_GLU_STAGE", 0, 0, 1, &k->glu_stage, e) || /* down's chunk input from the gate + up launch */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
         knob("RL_CUDA_PF_ROPE_TAB", 1, 0, 1, &k->pf_rope_tab, e) || /* its RoPE angles (attention.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
@@ -401,8 +403,20 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
     mv_args1(c, a, &L->wg, c->hb, RL_MV_GLU, c->x, L->ffn_norm, D, ns, F);
     seg(&a->seg[1], &L->wu, NULL, NULL, NULL, false);
     a->nseg = 2;
-    /* x += Wd · hb */
+    /* x += Wd · hb; in a chunk on tensor cores the gate + up launch may write down's int8 input
+     * (knob RL_CUDA_GLU_STAGE: mvx.cu mvx_glu_stage), where the rows come in whole 32-value
+     * chunks, no block has more than 64 of its 8-row tiles (its grid has n_sm blocks or more)
+     * and down's plane lies clear of the gate + up launch's own */
     mv_args1(c, &P->down, &L->wd, c->x, RL_MV_ADD, c->hb, NULL, F, ns, D);
+    if (ns > 1 && c->knobs.glu_stage && F % 32 == 0 && F / 8 <= 64 * c->n_sm && rl_mvx_applies(a, &c->knobs) &&
+        rl_mvx_applies(&P->down, &c->knobs)) {
+        uint8_t *next = rl_mvx_plane(&P->down, &a->next_k8);
+        if (rl_mvx_planes_apart(a, &P->down)) {
+            a->next_frag = next;
+            a->next_cnt = c->glu_cnt;
+            P->down.staged = true;
+        }
+    }
 }
 
 /* One step of ns tokens; the LM head for the last `head` of them (1 or ns). */
@@ -1067,6 +1081,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     size_t o_part = off; off = align256(off + T * cfg->n_head * (size_t)c->n_split * (cfg->head_dim + 2) * 4);
     size_t o_io = off; off = align256(off + sizeof(rl_cuda_io));
     size_t o_cnt = off; off = align256(off + T * cfg->n_head * sizeof(int));
+    size_t o_gcnt = off; off = align256(off + (cfg->n_ff / 32 + 1) * sizeof(int));
     size_t o_mvs = off; off = align256(off + rl_mv_scratch_bytes((int)c->max_n, (int)T));
     size_t o_am = off; off = align256(off + sizeof(int32_t));
     size_t o_pk = off; off = align256(off + cfg->n_layer * sizeof(rl_pk_layer));
@@ -1092,6 +1107,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     c->part = (float *)(c->aarena + o_part);
     c->io = (rl_cuda_io *)(c->aarena + o_io);
     c->count = (int *)(c->aarena + o_cnt);
+    c->glu_cnt = (int *)(c->aarena + o_gcnt);
     c->amax = (int32_t *)(c->aarena + o_am);
     c->pk_lay = (rl_pk_layer *)(c->aarena + o_pk);
     c->pk_bar = (unsigned long long *)(c->aarena + o_bar);

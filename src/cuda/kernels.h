@@ -128,8 +128,15 @@ struct rl_mv_args {
     int ys;
     void *scratch;
     /* a tensor-core chunk whose fragment plane its input's producer wrote (the flash decode
-     * for Wo, rl_att_args frag): rl_mvx_launch runs no staging launch */
+     * for Wo, rl_att_args frag; the gate + up launch for down, next_frag): rl_mvx_launch runs
+     * no staging launch */
     bool staged;
+    /* a tensor-core GLU chunk that also stages down's input (knob RL_CUDA_GLU_STAGE): down's
+     * fragment plane and k8 (rl_mvx_plane), and a zeroed counter per 32 rows of the output,
+     * [rows / 32], which the last of a 32-row chunk's four tiles resets after staging it */
+    uint8_t *next_frag;
+    int next_k8;
+    int *next_cnt;
 };
 
 /* Tile knobs (rl_cuda_knobs, read once from the environment). */
@@ -174,6 +181,9 @@ struct rl_cuda_knobs {
                             so with PDL under RL_CUDA_PDL=2 (RL_CUDA_MVX_STAGE8: 1 default; 0 the
                             one-token kernel's block size); the same bits, S=16 +1-3% on 7B / 8B
                             (docs/PERF.md v2.30) */
+    int glu_stage;       /* in such a chunk the gate + up launch writes down's int8 input itself
+                            (the last of each 32 rows' four tiles rounds them), one launch a
+                            layer fewer (RL_CUDA_GLU_STAGE: 0 default, 1 on); the same bits */
     int mvx_res;         /* the tensor-core chunk's layout (mvx.cu's header; RL_CUDA_MVX_RES): 0
                             blocked (warp w: residues 4w..4w+3), 1 residue (w, w+8, w+16, w+24;
                             the tree's first two steps in registers); unset: 1 at n_embd <= 2048
@@ -229,6 +239,8 @@ bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The fragment plane of a's chunk (in a->scratch after the staged columns) and its k8 (*k8). */
 uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8);
+/* Whether the fragment planes of a and b share no byte. */
+bool rl_mvx_planes_apart(const rl_mv_args *a, const rl_mv_args *b);
 /* The staging launch alone (rl_mvx_launch's first; the test hooks): 0, or -1 on a launch error. */
 int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_warps, cudaStream_t st);
 int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st);

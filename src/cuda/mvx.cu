@@ -20,9 +20,9 @@
  *    in registers and the block takes the last three steps over 8 values (shared memory for
  *    the sums 35.9 -> 9.8 KB at 16 columns). Its codes come in 16- or 32-byte pieces and its
  *    scales as 4-byte pairs (chunks c & ~1, c | 1: cp.async copies no less than 4 bytes), which
- *    warps w and w ^ 1 share. Measured against blocked at S = 16 (docs/PERF.md v2.32, an H100):
- *    +12% on TinyLlama Q4_0 (n_embd 2048: two rounds a tile, where the tree weighs most),
- *    +0.1% 7B Q4_0, -2% 8B Q4_0, -5.5% 7B Q8_0.
+ *    warps w and w ^ 1 share. Measured against blocked at S = 16 (docs/PERF.md v2.33, an H100):
+ *    +10% on TinyLlama Q4_0 and +8% on its Q8_0 (n_embd 2048: two rounds a tile, where the
+ *    tree weighs most), -2% 7B Q4_0, -4% 8B Q4_0, -3.6% 7B Q8_0.
  *
  * Work: a tile of 16 rows (GLU: gate rows r..r+7 and up rows r..r+7, so that a lane holds the
  * gate and up sums of the same row after the tree) x the ns columns; blocks of 8 warps
@@ -162,6 +162,47 @@ __global__ void mvx_stage_kernel(const rl_mv_args a) {
  * SC_COPIES (copy p: row p / SC_PER_ROW). Its source pointers are set once per tile (seek) and
  * advanced by additions per round (working them out per round had been ~140 of the loop's ~590
  * warp-instructions, sm_90a SASS). */
+/* A GLU chunk that stages down's input (a.next_frag): its outputs h (silu(gate) * up, the fp32
+ * values the epilogue stored) are down's input, and down's 32-value chunk c is the rows of
+ * tiles 4c .. 4c + 3, which other blocks may compute. Each block counts its finished tile in
+ * a.next_cnt[c] (mvx_glu_count); the fourth to finish rounds chunk c of every column as down's
+ * staging kernel would (mvx_glu_stage, after its own tiles, where the ring's registers are
+ * free: no norm, i8_quarter on the same fp32 values, mvx_put into down's plane: the same
+ * bytes; a thread per (column, quarter)) and resets the count for the next launch. Its stores
+ * are ordered before each count by a fence, its loads of the others' h after the last count
+ * by another, and read from L2 (ld.cg). The host sets next_frag only where the rows are a
+ * multiple of 32, a block has at most 64 tiles and down's plane does not overlap this
+ * launch's own. */
+__device__ __forceinline__ bool mvx_glu_count(const rl_mv_args &a, int tile, int *last) {
+    const int c = tile / 4;
+    __threadfence(); /* this thread's h, before the count */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *last = atomicAdd(a.next_cnt + c, 1) == 3;
+        if (*last) a.next_cnt[c] = 0;
+    }
+    __syncthreads();
+    return *last;
+}
+template <int NS> __device__ __forceinline__ void mvx_glu_stage(const rl_mv_args &a, int tile) {
+    const int c = tile / 4;
+    if (threadIdx.x >= ((4 * NS + 31) & ~31)) return; /* whole warps: i8_quarter shuffles */
+    __threadfence(); /* the other tiles' h, after their counts */
+    const int col = threadIdx.x / 4, k = threadIdx.x % 4;
+    const bool on = col < NS;
+    float e[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (on) {
+        const float4 *h = (const float4 *)(a.seg[0].y + (size_t)col * a.ys + 32 * c + 8 * k);
+        const float4 v0 = __ldcg(h), v1 = __ldcg(h + 1);
+        e[0] = v0.x; e[1] = v0.y; e[2] = v0.z; e[3] = v0.w;
+        e[4] = v1.x; e[5] = v1.y; e[6] = v1.z; e[7] = v1.w;
+    }
+    uint32_t w2[2];
+    int sum;
+    const float d = i8_quarter(e, w2, &sum);
+    if (on) mvx_put(a.next_frag, c, col, NS, k, w2, d, sum, a.next_k8);
+}
+
 template <int T, bool GLU, bool RES> struct mvx_cursor {
     using TR = mvx_tr<T, RES>;
     static constexpr int QB = TR::QB, PPR = MVX_SLOTS * QB / 16, PPL = 16 * PPR / 32, PPC = QB / 16;
@@ -227,6 +268,7 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
     extern __shared__ __align__(16) uint8_t ring[]; /* per warp, MVX_DEPTH stages */
     __shared__ float part[TR::PART][16][NS + 1];    /* [residue, RES: warp][tile row][column] */
     __shared__ float fin[16][NS + 1];
+    __shared__ int last; /* GLU staging down's input: this block finished a 32-row chunk last */
     rl_pdl_trigger();
     const int n = a.n, nch = n / 32, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const uint8_t *frag = mvx_plane(a);
@@ -248,6 +290,7 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
     /* stage s of the warp's ring is round `round` of the block's lt-th tile: s = lt R + round */
     static_assert((MVX_DEPTH & (MVX_DEPTH - 1)) == 0, "the stage index is s % MVX_DEPTH on an unsigned s");
     unsigned s = 0;
+    unsigned long long staged = 0; /* GLU staging down's input: bit lt, this block's tile lt finished its chunk */
     for (int lt = 0; lt < my_tiles; lt++) {
         const int tile = blockIdx.x + lt * gridDim.x;
 #pragma unroll
@@ -375,8 +418,11 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
             tk.rb = tk.ra + 1 < ma.rows ? tk.ra + 1 : -1;
             if (tk.ra < ma.rows) mv_epilogue<false>(a, tk, 0, fin[2 * pr][col], fin[2 * pr + 1][col], pos, col);
         }
+        if (GLU && a.next_frag && mvx_glu_count(a, tile, &last)) staged |= 1ull << lt;
     }
     cp_wait<0>(); /* no copy outlives the block */
+    if (GLU)
+        for (; staged; staged &= staged - 1) mvx_glu_stage<NS>(a, blockIdx.x + (__ffsll((long long)staged) - 1) * gridDim.x);
 }
 
 typedef void (*mvx_fn)(const rl_mv_args);
@@ -422,6 +468,11 @@ bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
 uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8) {
     *k8 = mvx_k8(*a);
     return mvx_plane(*a);
+}
+
+bool rl_mvx_planes_apart(const rl_mv_args *a, const rl_mv_args *b) {
+    const uint8_t *pa = mvx_plane(*a), *pb = mvx_plane(*b);
+    return pb >= pa + mvx_frag_bytes(a->n) || pa >= pb + mvx_frag_bytes(b->n);
 }
 
 int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_warps, cudaStream_t st) {

@@ -207,12 +207,13 @@ if has s; then
         done
         # exact chunks on tensor cores (mvx.cu: the int8 fragment planes, their staging kernel,
         # the flash decode that stages Wo's input): one chunk of 16 and one of 4, sessions 30-32's
-        # kernels, which the rows above never launch
-        for tool in memcheck racecheck; do
-            timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 3 "$R" logits --device cuda --prefill exact -b 16 -m "$f" --ids "$(seq 1 20 | tr '\n' ' ')" -o /tmp/ls.bin >"$OUT/sanitizer-$tool-chunks.txt" 2>&1
+        # kernels, which the rows above never launch; in both of mvx's layouts (RL_CUDA_MVX_RES:
+        # TinyLlama's default is the residue one, 1)
+        for res in 1 0; do for tool in memcheck racecheck; do
+            RL_CUDA_MVX_RES=$res timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 3 "$R" logits --device cuda --prefill exact -b 16 -m "$f" --ids "$(seq 1 20 | tr '\n' ' ')" -o /tmp/ls.bin >"$OUT/sanitizer-$tool-chunks$res.txt" 2>&1
             rc=$?
-            row "| tinyllama-1.1b Q4_0 | compute-sanitizer $tool, exact chunks of 16 and 4 | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-chunks.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
-        done
+            row "| tinyllama-1.1b Q4_0 | compute-sanitizer $tool, exact chunks of 16 and 4, RL_CUDA_MVX_RES=$res | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-chunks$res.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+        done; done
         # racecheck on race-free probes with the persistent kernel's barrier pattern: hazards
         # for NAMED 2/3 are the tool's (tests/cuda/racecheck_probe.cu)
         if [ -x "$B/racecheck_probe" ]; then
