@@ -155,13 +155,6 @@ __global__ void mvx_stage_kernel(const rl_mv_args a) {
     mvx_put(mvx_plane(a), c, col, ns, k, w2, d, sum, mvx_k8(a));
 }
 
-/* The copy cursor of one lane: the cp.async copies of its warp's stages, one round (16 rows x
- * the warp's 4 chunks, codes and scales) per stage, tile after tile. Lane l copies the code
- * pieces l, l + 32, ... of its warp's round (piece p: row p / PPR, the 16 bytes 16 (p % PPR) ..
- * of the row's 4 chunks as the stage holds them) and the scale copies l, l + 32 below
- * SC_COPIES (copy p: row p / SC_PER_ROW). Its source pointers are set once per tile (seek) and
- * advanced by additions per round (working them out per round had been ~140 of the loop's ~590
- * warp-instructions, sm_90a SASS). */
 /* A GLU chunk that stages down's input (a.next_frag): its outputs h (silu(gate) * up, the fp32
  * values the epilogue stored) are down's input, and down's 32-value chunk c is the rows of
  * tiles 4c .. 4c + 3, which other blocks may compute. Each block counts its finished tile in
@@ -203,6 +196,13 @@ template <int NS> __device__ __forceinline__ void mvx_glu_stage(const rl_mv_args
     if (on) mvx_put(a.next_frag, c, col, NS, k, w2, d, sum, a.next_k8);
 }
 
+/* The copy cursor of one lane: the cp.async copies of its warp's stages, one round (16 rows x
+ * the warp's 4 chunks, codes and scales) per stage, tile after tile. Lane l copies the code
+ * pieces l, l + 32, ... of its warp's round (piece p: row p / PPR, the 16 bytes 16 (p % PPR) ..
+ * of the row's 4 chunks as the stage holds them) and the scale copies l, l + 32 below
+ * SC_COPIES (copy p: row p / SC_PER_ROW). Its source pointers are set once per tile (seek) and
+ * advanced by additions per round (working them out per round had been ~140 of the loop's ~590
+ * warp-instructions, sm_90a SASS). */
 template <int T, bool GLU, bool RES> struct mvx_cursor {
     using TR = mvx_tr<T, RES>;
     static constexpr int QB = TR::QB, PPR = MVX_SLOTS * QB / 16, PPL = 16 * PPR / 32, PPC = QB / 16;
