@@ -4,13 +4,12 @@
 # with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
-# epilogue flushes), fma (HEAD + q8-fma.patch, session 33), s8n (HEAD + stage8n.patch, session
-# 34), mvxr and mvxr8 (HEAD + mvxr.patch, session 34; mvxr8 with -DMVX_DEPTH_Q4=8) and mvxa
-# (HEAD + mvxr.patch + mvxa.patch, session 34), each into its own
-# build-dev/VARIANT.tar.xz. (Landed, their variants gone:
+# epilogue flushes), fma (HEAD + q8-fma.patch, session 33) and s8n (HEAD + stage8n.patch,
+# session 34), each into its own build-dev/VARIANT.tar.xz. (Landed, their variants gone:
 # qkv-dual.patch and f16-pipe.patch in session 30, run.sh dual timing main's RL_CUDA_MVS2;
-# mvx-trim.patch in session 32; mvxw, a branch, in session 34. mvx16, 16-warp mvx blocks, lost
-# in session 34 and is gone.)
+# mvx-trim.patch in session 32; mvxw, a branch, in session 34; mvxr.patch in session 36 as
+# mvx's RES flag, with mvxr8 and mvxa, which built on it. mvx16, 16-warp mvx blocks, lost in
+# session 34 and is gone.)
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'
@@ -23,11 +22,11 @@ for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it
-    case $v in main|fma|s8n|mvxr|mvxr8|mvxa) rev=HEAD ;; *) rev=c207744 ;; esac
+    case $v in main|fma|s8n) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
-        fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; mvxr|mvxr8) patch=mvxr.patch ;; mvxa) patch="mvxr.patch mvxa.patch" ;; *) patch= ;; esac
+        fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
     # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only
@@ -38,9 +37,7 @@ for v in $todo; do
     bins="build-h200/rawloop build-h200/test_cuda"
     case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
-    # mvxr8: mvxr.patch with Q4_0's ring 8 stages deep
-    nv="$NV"; [ $v != mvxr8 ] || nv="$NV -DMVX_DEPTH_Q4=8"
-    make -C "$src" BUILD=build-h200 NVFLAGS="$nv" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
+    make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }
     mkdir -p "$out/$v" && (cd "$src" && cp $bins "$out/$v/") && strip "$out/$v"/*
     echo "$v: built"

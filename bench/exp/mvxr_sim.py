@@ -1,4 +1,5 @@
-# mvxr.patch's per-warp copies and reads (and mvxa.patch's activation pieces), simulated on
+# mvxr.patch's per-warp copies and reads (mvx.cu's RES layout since session 36; and the dropped
+# mvxa.patch's activation pieces; both patches in git history at a3f9100), simulated on
 # the host: for every warp, round and slot, every byte the kernel body reads from its stage (A
 # words, fp16 scales, activation fragments) must be the one of its chunk in global memory that
 # the cursor copied there. Prints "QB nch bad" and "acts nch bad" (bad = 0).

@@ -38,8 +38,8 @@
 #                                      session 34, 6-8% slower; S8_VAR=s8n runs stage8n.patch's
 #                                      build), with test_cuda in 16-warp blocks
 #   bash bench/exp/run.sh var-VAR      a build variant (build.sh VAR, carried as build-dev/VAR.tar.xz:
-#                                      fma = HEAD + q8-fma.patch, session 33's run; mvxr, mvxr8 =
-#                                      HEAD + mvxr.patch, mvxa = + mvxa.patch: run in session 35, v2.32)
+#                                      fma = HEAD + q8-fma.patch, session 33's run; mvxr, mvxr8, mvxa
+#                                      ran in session 35, v2.32, and are gone: git history at a3f9100)
 #                                      against main: its chunks = its
 #                                      one-token logits (mvx and dp4a), its distance to main, S=1
 #                                      and S=16 of both alternated, two rounds (CHUNKS), its test_cuda
