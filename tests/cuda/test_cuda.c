@@ -384,7 +384,7 @@ int main(void) {
     for (size_t t = 0; t < sizeof types / sizeof *types; t++)
         for (size_t s = 0; s < sizeof cshapes / sizeof *cshapes; s++)
             for (int fast = 0; fast < 1 + rl_cuda_has_q8(types[t]); fast++)
-                if (cshapes[s][1] % rl_type_get(types[t])->blck == 0) /* 1184: 32-value blocks only */
+                if (cshapes[s][1] % rl_type_get(types[t])->blck == 0) /* 1184: not the 64- and 256-value blocks */
                     test_chunk(types[t], cshapes[s][0], cshapes[s][1], (int)cshapes[s][2], (int)cshapes[s][3], fast);
     /* mixed-type QKV pairs: a GQA shape (Q + K 4096 + 1024 beside V 1024 rows), odd items, TinyLlama's
      * input width, and more items than resident warps */
