@@ -409,13 +409,10 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
      * and down's plane lies clear of the gate + up launch's own */
     mv_args1(c, &P->down, &L->wd, c->x, RL_MV_ADD, c->hb, NULL, F, ns, D);
     if (ns > 1 && c->knobs.glu_stage && F % 32 == 0 && F / 8 <= 64 * c->n_sm && rl_mvx_applies(a, &c->knobs) &&
-        rl_mvx_applies(&P->down, &c->knobs)) {
-        uint8_t *next = rl_mvx_plane(&P->down, &a->next_k8);
-        if (rl_mvx_planes_apart(a, &P->down)) {
-            a->next_frag = next;
-            a->next_cnt = c->glu_cnt;
-            P->down.staged = true;
-        }
+        rl_mvx_applies(&P->down, &c->knobs) && rl_mvx_planes_apart(a, &P->down)) {
+        a->next_frag = rl_mvx_plane(&P->down, &a->next_k8);
+        a->next_cnt = c->glu_cnt;
+        P->down.staged = true;
     }
 }
 
