@@ -173,6 +173,11 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
          * blocks per head, and idle ones cost: 32 lost 5% at depth 4096) */
         knob("RL_CUDA_ATT_SPLIT", 128, 32, 8192, &k->att_split, e) ||
         knob("RL_CUDA_ATT_MAXSPLIT", 20, 1, 1024, &k->att_max_split, e) ||
+        /* a chunk's grid holds max_split blocks per head and token, and below 128 * max_split
+         * positions most of them return at once (16x decoding's idle blocks) */
+        knob("RL_CUDA_ATT_CHUNK_GRID", 0, 0, 1024, &k->att_chunk_grid, e) ||
+        /* its blocks' tokens: groups of one block reading the same rows share them in L1 */
+        knob("RL_CUDA_ATT_CHUNK_TOK", 1, 1, 4, &k->att_chunk_tok, e) ||
         /* RL_CUDA_PDL 2: the launches that copy weights before they wait (docs/CUDA.md) */
         knob("RL_CUDA_PDL", 2, 0, 2, &k->pdl, e) ||
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
@@ -376,6 +381,8 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
     t->split = c->knobs.att_split;
     t->split_max = c->split_max;
     t->max_split = c->knobs.att_max_split;
+    t->grid_y = ns > 1 ? c->knobs.att_chunk_grid : 0;
+    t->chunk_tok = ns > 1 ? c->knobs.att_chunk_tok : 1;
     t->n_tok = ns;
     t->tok_stride = (int)c->qkv_dim;
     /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types

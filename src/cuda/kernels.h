@@ -148,6 +148,10 @@ struct rl_cuda_knobs {
     int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 128) */
     int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 20): wider
                             splits past att_split * att_max_split positions */
+    int att_chunk_grid;  /* an exact chunk's flash-decode blocks per head and token
+                            (RL_CUDA_ATT_CHUNK_GRID; 0, the default: one per split, as decoding) */
+    int att_chunk_tok;   /* an exact chunk's tokens per flash-decode block (RL_CUDA_ATT_CHUNK_TOK:
+                            1, the default, 2 or 4) */
     int pdl;             /* programmatic dependent launch (RL_CUDA_PDL; sm_90 only): 0 off, 1 every
                             launch, 2 (default) only the launches that copy weights before they
                             wait (the streamed matvec, the tensor-core chunk) */
@@ -277,6 +281,9 @@ struct rl_att_args {
     int split;     /* positions per split (knob); widened at depth to keep <= max_split splits */
     int split_max; /* the widest split any position uses (shared-memory size) */
     int max_split; /* splits active at most (knob): the split widens past max_split * split */
+    int grid_y;    /* an exact chunk's split blocks per head and token, each taking splits y,
+                      y + grid_y, ...; 0: min(n_split, max_split), a block per split */
+    int chunk_tok; /* an exact chunk's tokens per block (1, 2, 4: a group of ATT_THREADS each) */
     bool neox;
     float eps;
     /* several tokens (the fast prefill; decoding: n_tok 1, io set): */

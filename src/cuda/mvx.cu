@@ -157,25 +157,40 @@ __global__ void mvx_stage_kernel(const rl_mv_args a) {
 
 /* A GLU chunk that stages down's input (a.next_frag): its outputs h (silu(gate) * up, the fp32
  * values the epilogue stored) are down's input, and down's 32-value chunk c is the rows of
- * tiles 4c .. 4c + 3, which other blocks may compute. Each block counts its finished tile in
- * a.next_cnt[c] (mvx_glu_count); the fourth to finish rounds chunk c of every column as down's
+ * tiles 4c .. 4c + 3, which other blocks may compute. Each block, once its tiles are done,
+ * counts each in a.next_cnt[c] (mvx_glu_count); the fourth count rounds chunk c of every column as down's
  * staging kernel would (mvx_glu_stage, after its own tiles, where the ring's registers are
  * free: no norm, i8_quarter on the same fp32 values, mvx_put into down's plane: the same
  * bytes; a thread per (column, quarter)) and resets the count for the next launch. Its stores
- * are ordered before each count by a fence, its loads of the others' h after the last count
- * by another, and read from L2 (ld.cg). The host sets next_frag only where the rows are a
+ * are ordered before the counts by a barrier and a fence, its loads of the others' h after the
+ * last count by another fence, and read from L2 (ld.cg). The host sets next_frag only where the rows are a
  * multiple of 32, a block has at most 64 tiles and down's plane does not overlap this
  * launch's own. */
-__device__ __forceinline__ bool mvx_glu_count(const rl_mv_args &a, int tile, int *last) {
-    const int c = tile / 4;
-    __threadfence(); /* this thread's h, before the count */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        *last = atomicAdd(a.next_cnt + c, 1) == 3;
-        if (*last) a.next_cnt[c] = 0;
+/* After the block's last tile: warp 0 counts each of the block's tiles in its chunk's counter,
+ * a lane per tile (one fence and one atomic round trip a block, not a fence, two barriers and
+ * an atomic round trip per tile in the tile loop: that form ran S = 16 chunks 5-8% slower than
+ * the staging launch it replaced, docs/PERF.md v2.34). Returns bit lt set where this block's
+ * tile lt made its chunk's fourth count. Every thread calls it (barriers). */
+__device__ __forceinline__ unsigned long long mvx_glu_count(const rl_mv_args &a, int my_tiles,
+                                                            unsigned long long *sh) {
+    __syncthreads(); /* every thread's h of every tile is stored */
+    if (threadIdx.x < 32) {
+        unsigned long long m = 0;
+        for (int lt0 = 0; lt0 < my_tiles; lt0 += 32) {
+            const int lt = lt0 + (int)threadIdx.x;
+            bool fourth = false;
+            if (lt < my_tiles) {
+                const int c = (int)(blockIdx.x + lt * gridDim.x) / 4;
+                __threadfence(); /* the block's h (ordered by the barrier), before the count */
+                fourth = atomicAdd(a.next_cnt + c, 1) == 3;
+                if (fourth) a.next_cnt[c] = 0;
+            }
+            m |= (unsigned long long)__ballot_sync(0xffffffffu, fourth) << lt0;
+        }
+        if (threadIdx.x == 0) *sh = m;
     }
     __syncthreads();
-    return *last;
+    return *sh;
 }
 template <int NS> __device__ __forceinline__ void mvx_glu_stage(const rl_mv_args &a, int tile) {
     const int c = tile / 4;
@@ -268,7 +283,7 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
     extern __shared__ __align__(16) uint8_t ring[]; /* per warp, MVX_DEPTH stages */
     __shared__ float part[TR::PART][16][NS + 1];    /* [residue, RES: warp][tile row][column] */
     __shared__ float fin[16][NS + 1];
-    __shared__ int last; /* GLU staging down's input: this block finished a 32-row chunk last */
+    __shared__ unsigned long long glu_staged; /* GLU staging down's input: mvx_glu_count's bits */
     rl_pdl_trigger();
     const int n = a.n, nch = n / 32, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const uint8_t *frag = mvx_plane(a);
@@ -290,7 +305,6 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
     /* stage s of the warp's ring is round `round` of the block's lt-th tile: s = lt R + round */
     static_assert((MVX_DEPTH & (MVX_DEPTH - 1)) == 0, "the stage index is s % MVX_DEPTH on an unsigned s");
     unsigned s = 0;
-    unsigned long long staged = 0; /* GLU staging down's input: bit lt, this block's tile lt finished its chunk */
     for (int lt = 0; lt < my_tiles; lt++) {
         const int tile = blockIdx.x + lt * gridDim.x;
 #pragma unroll
@@ -418,11 +432,11 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
             tk.rb = tk.ra + 1 < ma.rows ? tk.ra + 1 : -1;
             if (tk.ra < ma.rows) mv_epilogue<false>(a, tk, 0, fin[2 * pr][col], fin[2 * pr + 1][col], pos, col);
         }
-        if (GLU && a.next_frag && mvx_glu_count(a, tile, &last)) staged |= 1ull << lt;
     }
     cp_wait<0>(); /* no copy outlives the block */
-    if (GLU)
-        for (; staged; staged &= staged - 1) mvx_glu_stage<NS>(a, blockIdx.x + (__ffsll((long long)staged) - 1) * gridDim.x);
+    if (GLU && a.next_frag)
+        for (unsigned long long st = mvx_glu_count(a, my_tiles, &glu_staged); st; st &= st - 1)
+            mvx_glu_stage<NS>(a, blockIdx.x + (__ffsll((long long)st) - 1) * gridDim.x);
 }
 
 typedef void (*mvx_fn)(const rl_mv_args);
