@@ -48,16 +48,6 @@
 #                                      dp4a kernel, main's logits = the old build's (build-dev/old.tar.xz,
 #                                      the build before, where carried); S=16 under 0 / 1 (and old)
 #                                      alternated, two rounds, on CHUNKS="tl tlq8 7b 8b 7bq8"; test_cuda
-#   bash bench/exp/run.sh glustage     RL_CUDA_GLU_STAGE (session 36): down's chunk input staged by the
-#                                      gate + up launch; chunks = one-token logits with the knob 0
-#                                      and 1, S=16 alternated, two rounds, on CHUNKS="tl tlq8 7b 8b
-#                                      7bq8"; compute-sanitizer memcheck of TinyLlama's chunks with it
-#   bash bench/exp/run.sh asplit       a chunk's flash decode (session 37): logits -b 1 = -b 16 under
-#                                      RL_CUDA_ATT_CHUNK_GRID 0 / 1 / 4 and RL_CUDA_ATT_CHUNK_TOK 1 / 2
-#                                      / 4 (and -b 4 / 8 / 16 with grid 3); S=16 over 512 and 2048 ids
-#                                      by default, grid 4, tokens 2, 4, 4 with grid 4; tg128 with
-#                                      RL_CUDA_ATT_MAXSPLIT 20 / 1 (one split below 128 positions:
-#                                      decoding's idle blocks); two rounds, CHUNKS="tl 7b"
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
@@ -269,43 +259,8 @@ res)
     python3 -c "print('%-6s r$r S=1 %7.1f ± %4.1f  S=16 blocked %8.1f ± %5.1f (%5.2fx)  residue %8.1f ± %5.1f (%5.2fx, %+.1f%%)  old %8.1f ± %5.1f (%+.1f%%)'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0,$5,$6,$5/$1 if $1 else 0,100*($5/$3-1) if $3 else 0,$7,$8,100*($7/$3-1) if $3 else 0))"
   done; done
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
-glustage)
-  F=${CHUNKS:-tl tlq8 7b 8b 7bq8}; models $F
-  for f in $F; do
-    if [ $f = tl ]; then kbits RL_CUDA_GLU_STAGE "0 1" "1 4 8 16" 40; kbits RL_CUDA_GLU_STAGE "0 1" "1 16" 300
-    else kbits RL_CUDA_GLU_STAGE "0 1" "1 16" 40; fi
-  done
-  RL_CUDA_GLU_STAGE=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 3 $M logits --device cuda --prefill exact -b 16 \
-    -m /tmp/m/tl.gguf --ids "$(seq 1 20 | tr '\n' ' ')" -o /tmp/ls.bin > /tmp/san-glu.txt 2>&1
-  echo "memcheck, TinyLlama chunks of 16 and 4, RL_CUDA_GLU_STAGE=1: rc $? $(grep 'ERROR SUMMARY' /tmp/san-glu.txt)"
-  for r in 1 2; do for f in $F; do
-    set -- $(RL_CUDA_GLU_STAGE=0 pp $M "" $f 512) $(RL_CUDA_GLU_STAGE=1 pp $M "" $f 512)
-    python3 -c "print('%-6s r$r S=16 knob 0 %8.1f ± %5.1f  knob 1 %8.1f ± %5.1f (%+.1f%%)'%('$f',$1,$2,$3,$4,100*($3/$1-1) if $1 else 0))"
-  done; done ;;
-asplit)
-  # a chunk's flash decode: its grid holds max_split (20) splits per head and token, of which
-  # ceil(n_pos / 128) work, and a GQA group's query heads times 16 tokens read each key and
-  # value row. RL_CUDA_ATT_CHUNK_GRID=G: G blocks per head and token, each taking splits y,
-  # y + G, ...; RL_CUDA_ATT_CHUNK_TOK=Z: Z tokens a block (a group each, sharing rows in L1).
-  # Same splits, same arithmetic: the same bits
-  F=${CHUNKS:-tl 7b}; models $F
-  for f in $F; do
-    kbits RL_CUDA_ATT_CHUNK_GRID "0 1 4" "1 16" 300
-    kbits RL_CUDA_ATT_CHUNK_TOK "1 2 4" "1 16" 300
-    (export RL_CUDA_ATT_CHUNK_GRID=3; kbits RL_CUDA_ATT_CHUNK_TOK "1 4" "1 4 8 16" 300)
-  done
-  for r in 1 2; do for f in $F; do for n in 512 2048; do
-    set -- $(pp $M "" $f $n); b=$1; line="$f r$r p$n S=16 default $1 ± $2"
-    for v in "RL_CUDA_ATT_CHUNK_GRID=4" "RL_CUDA_ATT_CHUNK_TOK=2" "RL_CUDA_ATT_CHUNK_TOK=4" "RL_CUDA_ATT_CHUNK_TOK=4 RL_CUDA_ATT_CHUNK_GRID=4"; do
-      set -- $(export $v; pp $M "" $f $n)
-      line="$line | ${v//RL_CUDA_ATT_CHUNK_/} $1 ± $2 ($(python3 -c "print('%+.1f%%'%(100*($1/$b-1) if $b else 0))"))"
-    done; echo "$line"
-  done
-  # decoding's idle blocks: tg128 stays below 128 positions, one split, so max_split 1 = 20 in bits
-  tg $M /tmp/m/$f.gguf "$f r$r tg128 max_split 20"; tg $M /tmp/m/$f.gguf "$f r$r tg128 max_split 1" RL_CUDA_ATT_MAXSPLIT=1
-  done; done ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, stage8, var-VAR, res, glustage, asplit, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

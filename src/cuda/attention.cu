@@ -163,72 +163,28 @@ void rl_rope_kv_prefill_launch(const rl_att_args *a, const float2 *tab, cudaStre
 
 /* ST: an exact chunk whose flash decode also stages Wo's input (a.frag set); a template flag, so
  * that decoding's kernel has none of its code (as a runtime test it cost TinyLlama's one-token
- * rate ~1.3%, docs/PERF.md v2.29). ZG 0: decoding's kernel, a block per (head, split, token).
- * ZG >= 1, an exact chunk's (a.grid_y or a.chunk_tok set): a block of ZG groups of ATT_THREADS,
- * group g token z = ZG blockIdx.z + g, each taking splits y, y + gridDim.y, ...; the groups of
- * one block read the same key and value rows at about the same time, so all but the first
- * find them in L1 (a GQA group's 8 query heads times 16 tokens read each row from L2 otherwise:
- * ~64 MB a TinyLlama launch at 256 positions). Each group computes decoding's block, with its
- * own barrier, shared memory and ticket: the same bits. */
-template <int HJ, bool Q8, bool ST, int ZG>
-__global__ void __launch_bounds__(ATT_THREADS * (ZG > 1 ? ZG : 1), 8 / (ZG > 1 ? ZG : 1)) flash_decode_kernel(const rl_att_args a) {
+ * rate ~1.3%, docs/PERF.md v2.29) */
+template <int HJ, bool Q8, bool ST>
+__global__ void __launch_bounds__(ATT_THREADS, 8) flash_decode_kernel(const rl_att_args a) {
     extern __shared__ float sm[];
-    __shared__ float red[ZG > 1 ? ZG : 1][32];
-    __shared__ int ticket[ZG > 1 ? ZG : 1];
+    __shared__ float red[32];
+    __shared__ int ticket;
     rl_pdl_trigger();
     rl_pdl_wait();
-    if constexpr (ZG == 0) {
-        flash_decode_block<HJ, Q8, false, ST>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, red[0], ticket, rl_grp{0, ATT_THREADS});
-        return;
-    }
-    const int gi = ZG > 1 ? (int)threadIdx.x / ATT_THREADS : 0, z = ZG * (int)blockIdx.z + gi;
-    if (z >= a.n_tok) return; /* the group's own barriers: the others go on */
-    const rl_grp g{ZG > 1 ? 1 + gi : 0, ATT_THREADS};
-    float *gsm = sm + (size_t)gi * (a.split_max + a.hd + (ATT_THREADS / 32) * a.hd); /* rl_attention_smem */
-    const int splits = min(a.n_split, a.max_split);
-    for (int s = blockIdx.y; s < splits; s += gridDim.y) {
-        if (s != (int)blockIdx.y) g.sync(); /* the last split's shared memory is read */
-        flash_decode_block<HJ, Q8, false, ST>(a, blockIdx.x, s, z, gsm, red[gi], &ticket[gi], g);
-    }
+    flash_decode_block<HJ, Q8, false, ST>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, red, &ticket, rl_grp{0, ATT_THREADS});
 }
 
 typedef void (*att_fn)(const rl_att_args);
 
-template <bool Q8, bool ST, int ZG> static att_fn att_pick(int hj) {
-    return hj <= 1 ? flash_decode_kernel<1, Q8, ST, ZG> : hj <= 2 ? flash_decode_kernel<2, Q8, ST, ZG>
-                   : hj <= 4 ? flash_decode_kernel<4, Q8, ST, ZG> : flash_decode_kernel<8, Q8, ST, ZG>;
+template <bool Q8, bool ST> static att_fn att_pick(int hj) {
+    return hj <= 1 ? flash_decode_kernel<1, Q8, ST> : hj <= 2 ? flash_decode_kernel<2, Q8, ST>
+                   : hj <= 4 ? flash_decode_kernel<4, Q8, ST> : flash_decode_kernel<8, Q8, ST>;
 }
 
-template <int ZG> static att_fn att_pick_zg(const rl_att_args *a) {
+static att_fn att_kernel(const rl_att_args *a) {
     const int hj = (a->hd + 63) / 64;
-    if (a->frag) return a->kd ? att_pick<true, true, ZG>(hj) : att_pick<false, true, ZG>(hj);
-    return a->kd ? att_pick<true, false, ZG>(hj) : att_pick<false, false, ZG>(hj);
-}
-
-static att_fn att_for_zg(const rl_att_args *a, int zg) {
-    switch (zg) {
-    case 0: return att_pick_zg<0>(a);
-    case 1: return att_pick_zg<1>(a);
-    case 2: return att_pick_zg<2>(a);
-    default: return att_pick_zg<4>(a);
-    }
-}
-
-static int att_splits(const rl_att_args *a) { return a->n_split < a->max_split ? a->n_split : a->max_split; }
-
-/* The launch's split blocks per head and token. */
-static int att_grid_y(const rl_att_args *a) {
-    return a->n_tok > 1 && a->grid_y > 0 && a->grid_y < att_splits(a) ? a->grid_y : att_splits(a);
-}
-
-/* Tokens a block: 0 for decoding's kernel; in a chunk a->chunk_tok (1, 2 or 4) while their
- * shared memory fits (ATT_ZG_SMEM), or 1 where only the grid is narrower. */
-#define ATT_ZG_SMEM (160 * 1024)
-static int att_zg(const rl_att_args *a) {
-    if (a->n_tok <= 1 || (a->chunk_tok <= 1 && att_grid_y(a) == att_splits(a))) return 0;
-    int zg = a->chunk_tok >= 4 ? 4 : a->chunk_tok >= 2 ? 2 : 1;
-    while (zg > 1 && zg * rl_attention_smem(a) > ATT_ZG_SMEM) zg /= 2;
-    return zg;
+    if (a->frag) return a->kd ? att_pick<true, true>(hj) : att_pick<false, true>(hj);
+    return a->kd ? att_pick<true, false>(hj) : att_pick<false, false>(hj);
 }
 
 size_t rl_attention_smem(const rl_att_args *a) {
@@ -237,17 +193,12 @@ size_t rl_attention_smem(const rl_att_args *a) {
 
 int rl_attention_prepare(const rl_att_args *a) {
     const size_t smem = rl_attention_smem(a);
-    for (int zg : {0, 1, 2, 4}) { /* every variant, either cache type, staging or not */
-        const size_t need = (zg > 1 ? zg : 1) * smem;
-        if (need <= 48 * 1024 || need > ATT_ZG_SMEM) continue; /* the default, or never launched */
-        rl_att_args b = *a;
-        for (int q8 = 0; q8 < 2; q8++)
-            for (int st = 0; st < 2; st++) {
-                b.kd = q8 ? (float *)1 : NULL; /* only which kernel: never launched with these */
-                b.frag = st ? (uint8_t *)1 : NULL;
-                cudaError_t err = cudaFuncSetAttribute(att_for_zg(&b, zg), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need);
-                if (err != cudaSuccess) return (int)err;
-            }
+    if (smem <= 48 * 1024) return 0;
+    const int hj = (a->hd + 63) / 64;
+    for (att_fn f : {att_pick<false, false>(hj), att_pick<true, false>(hj), att_pick<false, true>(hj),
+                     att_pick<true, true>(hj)}) { /* either cache type, staging or not */
+        cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err != cudaSuccess) return (int)err;
     }
     return 0;
 }
@@ -255,9 +206,8 @@ int rl_attention_prepare(const rl_att_args *a) {
 /* The split widening keeps at most max_split splits active at any position, so the grid needs no more:
  * v1 launched n_ctx / split blocks per head, most of which returned at once. */
 int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
-    const int zg = att_zg(a), gz = zg > 1 ? zg : 1;
-    dim3 grid(a->n_head, att_grid_y(a), a->n_tok > 1 ? (a->n_tok + gz - 1) / gz : 1);
-    return rl_launch(att_for_zg(a, zg), grid, dim3(ATT_THREADS * gz), gz * rl_attention_smem(a), st, pdl, *a);
+    dim3 grid(a->n_head, a->n_split < a->max_split ? a->n_split : a->max_split, a->n_tok > 1 ? a->n_tok : 1);
+    return rl_launch(att_kernel(a), grid, dim3(ATT_THREADS), rl_attention_smem(a), st, pdl, *a);
 }
 
 /* ---- prefill (fast mode) ---------------------------------------------------------------------

@@ -52,7 +52,6 @@ struct rl_cuda {
     float *logits;    /* [chunk][n_vocab] */
     float *part;      /* [chunk][n_head][n_split][head_dim + 2] */
     int *count;       /* [chunk][n_head] attention split tickets */
-    int *glu_cnt;     /* [n_ff / 32] tiles finished per 32 rows of a GLU chunk (knob RL_CUDA_GLU_STAGE) */
     void *mvs;        /* the chunk matvecs' scratch (rl_mv_scratch_bytes) */
     size_t chunk_max; /* tokens per exact launch at most: 16, or -b's 1/4/8 */
     /* exact chunks of 4, 8, 16 tokens, captured at first use: [0] the LM head on the last
@@ -173,11 +172,6 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
          * blocks per head, and idle ones cost: 32 lost 5% at depth 4096) */
         knob("RL_CUDA_ATT_SPLIT", 128, 32, 8192, &k->att_split, e) ||
         knob("RL_CUDA_ATT_MAXSPLIT", 20, 1, 1024, &k->att_max_split, e) ||
-        /* a chunk's grid holds max_split blocks per head and token, and below 128 * max_split
-         * positions most of them return at once (16x decoding's idle blocks) */
-        knob("RL_CUDA_ATT_CHUNK_GRID", 0, 0, 1024, &k->att_chunk_grid, e) ||
-        /* its blocks' tokens: groups of one block reading the same rows share them in L1 */
-        knob("RL_CUDA_ATT_CHUNK_TOK", 1, 1, 4, &k->att_chunk_tok, e) ||
         /* RL_CUDA_PDL 2: the launches that copy weights before they wait (docs/CUDA.md) */
         knob("RL_CUDA_PDL", 2, 0, 2, &k->pdl, e) ||
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
@@ -191,7 +185,6 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_ATT_STAGE", 1, 0, 1, &k->att_stage, e) || /* Wo's chunk input from the flash decode */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
-        knob("RL_CUDA_GLU_STAGE", 0, 0, 1, &k->glu_stage, e) || /* down's chunk input from the gate + up launch */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
         knob("RL_CUDA_PF_ROPE_TAB", 1, 0, 1, &k->pf_rope_tab, e) || /* its RoPE angles (attention.cu) */
         knob("RL_CUDA_PERSIST", 0, 0, 1, &k->persist, e)) /* persist.cu: off unless asked (docs/PERF.md v2.5) */
@@ -381,8 +374,6 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
     t->split = c->knobs.att_split;
     t->split_max = c->split_max;
     t->max_split = c->knobs.att_max_split;
-    t->grid_y = ns > 1 ? c->knobs.att_chunk_grid : 0;
-    t->chunk_tok = ns > 1 ? c->knobs.att_chunk_tok : 1;
     t->n_tok = ns;
     t->tok_stride = (int)c->qkv_dim;
     /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
@@ -410,17 +401,8 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
     mv_args1(c, a, &L->wg, c->hb, RL_MV_GLU, c->x, L->ffn_norm, D, ns, F);
     seg(&a->seg[1], &L->wu, NULL, NULL, NULL, false);
     a->nseg = 2;
-    /* x += Wd · hb; in a chunk on tensor cores the gate + up launch may write down's int8 input
-     * (knob RL_CUDA_GLU_STAGE: mvx.cu mvx_glu_stage), where the rows come in whole 32-value
-     * chunks, no block has more than 64 of its 8-row tiles (its grid has n_sm blocks or more)
-     * and down's plane lies clear of the gate + up launch's own */
+    /* x += Wd · hb */
     mv_args1(c, &P->down, &L->wd, c->x, RL_MV_ADD, c->hb, NULL, F, ns, D);
-    if (ns > 1 && c->knobs.glu_stage && F % 32 == 0 && F / 8 <= 64 * c->n_sm && rl_mvx_applies(a, &c->knobs) &&
-        rl_mvx_applies(&P->down, &c->knobs) && rl_mvx_planes_apart(a, &P->down)) {
-        a->next_frag = rl_mvx_plane(&P->down, &a->next_k8);
-        a->next_cnt = c->glu_cnt;
-        P->down.staged = true;
-    }
 }
 
 /* One step of ns tokens; the LM head for the last `head` of them (1 or ns). */
@@ -1085,7 +1067,6 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     size_t o_part = off; off = align256(off + T * cfg->n_head * (size_t)c->n_split * (cfg->head_dim + 2) * 4);
     size_t o_io = off; off = align256(off + sizeof(rl_cuda_io));
     size_t o_cnt = off; off = align256(off + T * cfg->n_head * sizeof(int));
-    size_t o_gcnt = off; off = align256(off + (cfg->n_ff / 32 + 1) * sizeof(int));
     size_t o_mvs = off; off = align256(off + rl_mv_scratch_bytes((int)c->max_n, (int)T));
     size_t o_am = off; off = align256(off + sizeof(int32_t));
     size_t o_pk = off; off = align256(off + cfg->n_layer * sizeof(rl_pk_layer));
@@ -1111,7 +1092,6 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     c->part = (float *)(c->aarena + o_part);
     c->io = (rl_cuda_io *)(c->aarena + o_io);
     c->count = (int *)(c->aarena + o_cnt);
-    c->glu_cnt = (int *)(c->aarena + o_gcnt);
     c->amax = (int32_t *)(c->aarena + o_am);
     c->pk_lay = (rl_pk_layer *)(c->aarena + o_pk);
     c->pk_bar = (unsigned long long *)(c->aarena + o_bar);

@@ -128,15 +128,8 @@ struct rl_mv_args {
     int ys;
     void *scratch;
     /* a tensor-core chunk whose fragment plane its input's producer wrote (the flash decode
-     * for Wo, rl_att_args frag; the gate + up launch for down, next_frag): rl_mvx_launch runs
-     * no staging launch */
+     * for Wo, rl_att_args frag): rl_mvx_launch runs no staging launch */
     bool staged;
-    /* a tensor-core GLU chunk that also stages down's input (knob RL_CUDA_GLU_STAGE): down's
-     * fragment plane and k8 (rl_mvx_plane), and a zeroed counter per 32 rows of the output,
-     * [rows / 32], which the last of a 32-row chunk's four tiles resets after staging it */
-    uint8_t *next_frag;
-    int next_k8;
-    int *next_cnt;
 };
 
 /* Tile knobs (rl_cuda_knobs, read once from the environment). */
@@ -148,10 +141,6 @@ struct rl_cuda_knobs {
     int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 128) */
     int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 20): wider
                             splits past att_split * att_max_split positions */
-    int att_chunk_grid;  /* an exact chunk's flash-decode blocks per head and token
-                            (RL_CUDA_ATT_CHUNK_GRID; 0, the default: one per split, as decoding) */
-    int att_chunk_tok;   /* an exact chunk's tokens per flash-decode block (RL_CUDA_ATT_CHUNK_TOK:
-                            1, the default, 2 or 4) */
     int pdl;             /* programmatic dependent launch (RL_CUDA_PDL; sm_90 only): 0 off, 1 every
                             launch, 2 (default) only the launches that copy weights before they
                             wait (the streamed matvec, the tensor-core chunk) */
@@ -185,9 +174,6 @@ struct rl_cuda_knobs {
                             so with PDL under RL_CUDA_PDL=2 (RL_CUDA_MVX_STAGE8: 1 default; 0 the
                             one-token kernel's block size); the same bits, S=16 +1-3% on 7B / 8B
                             (docs/PERF.md v2.30) */
-    int glu_stage;       /* in such a chunk the gate + up launch writes down's int8 input itself
-                            (the last of each 32 rows' four tiles rounds them), one launch a
-                            layer fewer (RL_CUDA_GLU_STAGE: 0 default, 1 on); the same bits */
     int mvx_res;         /* the tensor-core chunk's layout (mvx.cu's header; RL_CUDA_MVX_RES): 0
                             blocked (warp w: residues 4w..4w+3), 1 residue (w, w+8, w+16, w+24;
                             the tree's first two steps in registers); unset: 1 at n_embd <= 2048
@@ -243,8 +229,6 @@ bool rl_mvb_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k);
 /* The fragment plane of a's chunk (in a->scratch after the staged columns) and its k8 (*k8). */
 uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8);
-/* Whether the fragment planes of a and b share no byte. */
-bool rl_mvx_planes_apart(const rl_mv_args *a, const rl_mv_args *b);
 /* The staging launch alone (rl_mvx_launch's first; the test hooks): 0, or -1 on a launch error. */
 int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_warps, cudaStream_t st);
 int rl_mvx_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int n_sm, int stage_warps, cudaStream_t st);
@@ -281,9 +265,6 @@ struct rl_att_args {
     int split;     /* positions per split (knob); widened at depth to keep <= max_split splits */
     int split_max; /* the widest split any position uses (shared-memory size) */
     int max_split; /* splits active at most (knob): the split widens past max_split * split */
-    int grid_y;    /* an exact chunk's split blocks per head and token, each taking splits y,
-                      y + grid_y, ...; 0: min(n_split, max_split), a block per split */
-    int chunk_tok; /* an exact chunk's tokens per block (1, 2, 4: a group of ATT_THREADS each) */
     bool neox;
     float eps;
     /* several tokens (the fast prefill; decoding: n_tok 1, io set): */

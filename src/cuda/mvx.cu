@@ -155,62 +155,6 @@ __global__ void mvx_stage_kernel(const rl_mv_args a) {
     mvx_put(mvx_plane(a), c, col, ns, k, w2, d, sum, mvx_k8(a));
 }
 
-/* A GLU chunk that stages down's input (a.next_frag): its outputs h (silu(gate) * up, the fp32
- * values the epilogue stored) are down's input, and down's 32-value chunk c is the rows of
- * tiles 4c .. 4c + 3, which other blocks may compute. Each block, once its tiles are done,
- * counts each in a.next_cnt[c] (mvx_glu_count); the fourth count rounds chunk c of every column as down's
- * staging kernel would (mvx_glu_stage, after its own tiles, where the ring's registers are
- * free: no norm, i8_quarter on the same fp32 values, mvx_put into down's plane: the same
- * bytes; a thread per (column, quarter)) and resets the count for the next launch. Its stores
- * are ordered before the counts by a barrier and a fence, its loads of the others' h after the
- * last count by another fence, and read from L2 (ld.cg). The host sets next_frag only where the rows are a
- * multiple of 32, a block has at most 64 tiles and down's plane does not overlap this
- * launch's own. */
-/* After the block's last tile: warp 0 counts each of the block's tiles in its chunk's counter,
- * a lane per tile (one fence and one atomic round trip a block, not a fence, two barriers and
- * an atomic round trip per tile in the tile loop: that form ran S = 16 chunks 5-8% slower than
- * the staging launch it replaced, docs/PERF.md v2.34). Returns bit lt set where this block's
- * tile lt made its chunk's fourth count. Every thread calls it (barriers). */
-__device__ __forceinline__ unsigned long long mvx_glu_count(const rl_mv_args &a, int my_tiles,
-                                                            unsigned long long *sh) {
-    __syncthreads(); /* every thread's h of every tile is stored */
-    if (threadIdx.x < 32) {
-        unsigned long long m = 0;
-        for (int lt0 = 0; lt0 < my_tiles; lt0 += 32) {
-            const int lt = lt0 + (int)threadIdx.x;
-            bool fourth = false;
-            if (lt < my_tiles) {
-                const int c = (int)(blockIdx.x + lt * gridDim.x) / 4;
-                __threadfence(); /* the block's h (ordered by the barrier), before the count */
-                fourth = atomicAdd(a.next_cnt + c, 1) == 3;
-                if (fourth) a.next_cnt[c] = 0;
-            }
-            m |= (unsigned long long)__ballot_sync(0xffffffffu, fourth) << lt0;
-        }
-        if (threadIdx.x == 0) *sh = m;
-    }
-    __syncthreads();
-    return *sh;
-}
-template <int NS> __device__ __forceinline__ void mvx_glu_stage(const rl_mv_args &a, int tile) {
-    const int c = tile / 4;
-    if (threadIdx.x >= ((4 * NS + 31) & ~31)) return; /* whole warps: i8_quarter shuffles */
-    __threadfence(); /* the other tiles' h, after their counts */
-    const int col = threadIdx.x / 4, k = threadIdx.x % 4;
-    const bool on = col < NS;
-    float e[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    if (on) {
-        const float4 *h = (const float4 *)(a.seg[0].y + (size_t)col * a.ys + 32 * c + 8 * k);
-        const float4 v0 = __ldcg(h), v1 = __ldcg(h + 1);
-        e[0] = v0.x; e[1] = v0.y; e[2] = v0.z; e[3] = v0.w;
-        e[4] = v1.x; e[5] = v1.y; e[6] = v1.z; e[7] = v1.w;
-    }
-    uint32_t w2[2];
-    int sum;
-    const float d = i8_quarter(e, w2, &sum);
-    if (on) mvx_put(a.next_frag, c, col, NS, k, w2, d, sum, a.next_k8);
-}
-
 /* The copy cursor of one lane: the cp.async copies of its warp's stages, one round (16 rows x
  * the warp's 4 chunks, codes and scales) per stage, tile after tile. Lane l copies the code
  * pieces l, l + 32, ... of its warp's round (piece p: row p / PPR, the 16 bytes 16 (p % PPR) ..
@@ -283,7 +227,6 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
     extern __shared__ __align__(16) uint8_t ring[]; /* per warp, MVX_DEPTH stages */
     __shared__ float part[TR::PART][16][NS + 1];    /* [residue, RES: warp][tile row][column] */
     __shared__ float fin[16][NS + 1];
-    __shared__ unsigned long long glu_staged; /* GLU staging down's input: mvx_glu_count's bits */
     rl_pdl_trigger();
     const int n = a.n, nch = n / 32, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const uint8_t *frag = mvx_plane(a);
@@ -434,9 +377,6 @@ __global__ void __launch_bounds__(MVX_WARPS * 32, 16 / MVX_WARPS) mvx_kernel(con
         }
     }
     cp_wait<0>(); /* no copy outlives the block */
-    if (GLU && a.next_frag)
-        for (unsigned long long st = mvx_glu_count(a, my_tiles, &glu_staged); st; st &= st - 1)
-            mvx_glu_stage<NS>(a, blockIdx.x + (__ffsll((long long)st) - 1) * gridDim.x);
 }
 
 typedef void (*mvx_fn)(const rl_mv_args);
@@ -482,11 +422,6 @@ bool rl_mvx_applies(const rl_mv_args *a, const rl_cuda_knobs *k) {
 uint8_t *rl_mvx_plane(const rl_mv_args *a, int *k8) {
     *k8 = mvx_k8(*a);
     return mvx_plane(*a);
-}
-
-bool rl_mvx_planes_apart(const rl_mv_args *a, const rl_mv_args *b) {
-    const uint8_t *pa = mvx_plane(*a), *pb = mvx_plane(*b);
-    return pb >= pa + mvx_frag_bytes(a->n) || pa >= pb + mvx_frag_bytes(b->n);
 }
 
 int rl_mvx_stage_launch(const rl_mv_args *a, const rl_cuda_knobs *k, int stage_warps, cudaStream_t st) {
