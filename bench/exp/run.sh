@@ -31,6 +31,11 @@
 #                                      TinyLlama 4/8/16) = one-token logits, knob on and off, 40
 #                                      ids and TinyLlama at 300 (merged splits); S=1 and S=16
 #                                      with the knob off / on alternated, two rounds
+#   bash bench/exp/run.sh gqa          an exact chunk's flash decode per KV group (RL_CUDA_ATT_GQA,
+#                                      session 38) and its graphs by splits, against per head and
+#                                      the build before (base.tar.xz): test_cuda, chunk logits =
+#                                      one-token logits, S=1 and S=16 (512, 1024, 2048 ids) under
+#                                      each GQA_CF="0 8 16 32" in turn, two rounds, CHUNKS="tl 8b"
 #   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; 1 by default since 33): down's chunk
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
 #                                      the knob at both values, S=16 alternated, two rounds; S8="1 2"
@@ -197,6 +202,36 @@ astage)
   for r in 1 2; do for f in $F; do
     set -- $(pp $M "-b 1" $f 128) $(RL_CUDA_ATT_STAGE=0 pp $M "" $f 512) $(RL_CUDA_ATT_STAGE=1 pp $M "" $f 512)
     python3 -c "print('%-6s r$r S=1 %7.1f ± %4.1f  S=16 stage off %8.1f ± %5.1f (%5.2fx)  on %8.1f ± %5.1f (%5.2fx)'%('$f',$1,$2,$3,$4,$3/$1 if $1 else 0,$5,$6,$5/$1 if $1 else 0))"
+  done; done ;;
+gqa)
+  # an exact chunk's flash decode in a block per KV group (session 38; RL_CUDA_ATT_GQA: above
+  # that many splits a token times the group's heads, 0 never) and each chunk's graph by its splits (the grid's splits
+  # capped), against the block per head and against the build before (build-dev/base.tar.xz,
+  # where carried): test_cuda (its attention lines: the grouped kernel's outputs, partials,
+  # merge and plane byte for byte the per-head kernel's), chunk logits = one-token logits under
+  # each (40 ids, and 300 / 600 / 1100: merged and widened splits, every band), S=1 and S=16 over
+  # 512, 1024 and 2048 ids under each setting in turn, two rounds, on CHUNKS="tl 8b"
+  F=${CHUNKS:-tl 8b}; models $F; B=/tmp/b/base/rawloop
+  $(dirname $M)/test_cuda > /tmp/tc-gqa.log 2>&1; grep -E "attention staging|FAIL" /tmp/tc-gqa.log | head -30
+  echo "test_cuda: $(tail -1 /tmp/tc-gqa.log)"
+  for f in $F; do
+    kbits RL_CUDA_ATT_GQA "4 0 16" "1 16" 300
+    [ $f != tl ] || { kbits RL_CUDA_ATT_GQA "1 0" "1 4 8 16" 40; RL_CUDA_ATT_MAXSPLIT=2 kbits RL_CUDA_ATT_GQA "1 0" "1 16" 600
+      kbits RL_CUDA_ATT_GQA "16 0" "1 8 16" 1100; }
+    if [ -x $B ]; then ids=$(seq 1 300 | tr '\n' ' ')
+      $B logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b 16 --ids "$ids" -o /tmp/lg-b.bin > /dev/null 2>&1
+      $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b 16 --ids "$ids" -o /tmp/lg-m.bin > /dev/null 2>&1
+      same "300 ids -b 16: main = the build before" /tmp/lg-b.bin /tmp/lg-m.bin; fi
+  done
+  CF=${GQA_CF:-0 8 16 32}
+  for r in 1 2; do for f in $F; do
+    set -- $(pp $M "-b 1" $f 128); echo "$f r$r S=1 over 128 ids: $1 ± $2"
+    for n in 512 1024 2048; do line="$f r$r S=16/$n"; base=
+      if [ -x $B ]; then set -- $(pp $B "" $f $n); base=$1; line="$line | before $1 ± $2"; fi
+      for c in $CF; do set -- $(RL_CUDA_ATT_GQA=$c pp $M "" $f $n)
+        [ -n "$base" ] || base=$1
+        line="$line | GQA=$c $1 ± $2 ($(python3 -c "print('%+.1f%%'%(100*($1/$base-1)))"))"; done
+      echo "$line"; done
   done; done ;;
 stage8)
   # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there. S8: the two

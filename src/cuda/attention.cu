@@ -191,13 +191,255 @@ size_t rl_attention_smem(const rl_att_args *a) {
     return (size_t)(a->split_max + a->hd + (ATT_THREADS / 32) * a->hd) * sizeof(float);
 }
 
+/* ---- an exact chunk's flash decode for grouped heads ------------------------------------------
+ * In a chunk the G = n_head / n_head_kv query heads of a KV group, times the chunk's tokens, read
+ * the same key and value rows; flash_decode_kernel's block per (head, split, token) has each of
+ * them fetch the rows again from L2 and runs its chain of dependent trips once per head
+ * (docs/PERF.md v2.34: a TinyLlama chunk's attention, 26% of the chunk). Here block (KV group
+ * kvh, split, token) of GQ_THREADS threads reads each key and value row once for the group's
+ * G heads and computes their split with flash_decode_block's arithmetic in its order, so that
+ * every head's output, partials and merge are that kernel's bits (test_cuda checks them byte
+ * for byte). Each half of the block takes half the heads:
+ * - scores: thread r + 128 * half plays the one-token block's thread r (keys r, r + 128, ..)
+ *   for its half's heads; each dot keeps the two interleaved accumulators;
+ * - the sum of exponentials: warp i (head i) replays the one-token block's reduction, the four
+ *   warps' butterflies over the same lanes and their results in warp order;
+ * - values: thread (half, w, lane) plays the one-token block's warp w, lane (rows w, w + 4, ..;
+ *   dimension pairs 2 lane + 64 j) for its half's heads; the four warps' sums in warp order;
+ * - the merge: the group's last block to finish (one ticket, count[h0] of its first head)
+ *   merges every head's splits as flash_decode_block does.
+ * G times fewer blocks, each G / 2 times the arithmetic: it pays where the splits are many
+ * (TinyLlama's chunks at 1-2k positions), not where they are few, so the host picks it by the
+ * chunk's splits (the knob RL_CUDA_ATT_GQA, rl_att_args.gqa; docs/PERF.md v2.35).
+ * f16 cache, 2 <= G <= 8, hd % 32 == 0, hd <= 128 (rl_att_gqa); otherwise flash_decode_kernel. */
+#define GQ_THREADS 256
+#define GQ_GMAX 8
+
+/* floats of dynamic shared memory: q and then the outputs [G][hd], scores [G][split_max], the
+ * warps' value sums [G][4][hd], the merge's (m, l) pairs [G][n_split][2] */
+static size_t gqa_smem(const rl_att_args *a) {
+    const size_t G = (size_t)(a->n_head / a->n_head_kv), hd = (size_t)a->hd;
+    return (G * hd + G * (size_t)a->split_max + G * 4 * hd + G * 2 * (size_t)a->n_split) * sizeof(float);
+}
+
+bool rl_att_gqa(const rl_att_args *a) {
+    const int G = a->n_head / a->n_head_kv;
+    return a->gqa && a->n_tok > 1 && !a->kd && G >= 2 && G <= GQ_GMAX && a->hd % 32 == 0 && a->hd <= 128 &&
+           gqa_smem(a) <= 96 * 1024;
+}
+
+template <int HJ, bool ST>
+__global__ void __launch_bounds__(GQ_THREADS, 3) flash_chunk_gqa_kernel(const rl_att_args a) {
+    extern __shared__ float sm[];
+    __shared__ float mred[GQ_GMAX][4], stat[GQ_GMAX][2]; /* per head: the warps' maxima; (m, l) */
+    __shared__ int ticket;
+    rl_pdl_trigger();
+    rl_pdl_wait();
+    constexpr int GH = GQ_GMAX / 2, PB = 32 / HJ; /* heads per half; value rows per batch */
+    const int kvh = blockIdx.x, s = blockIdx.y, z = blockIdx.z, hd = a.hd, G = a.n_head / a.n_head_kv;
+    const int h0 = kvh * G, t = threadIdx.x, lane = t & 31, warp = t >> 5, w4 = warp & 3, r = t & 127;
+    const int i0 = (t >> 7) * ((G + 1) / 2), ni = min(G, i0 + (G + 1) / 2) - i0; /* this half's heads */
+    const int n_pos = a.io->pos + z + 1, S = rl_att_split_len(a.split, a.max_split, n_pos), p0 = s * S;
+    if (p0 >= n_pos) return;
+    const int ns = (n_pos + S - 1) / S;
+    const int np = min(p0 + S, n_pos) - p0, kv_dim = a.n_head_kv * hd;
+    const int SM = a.split_max;
+    float *qs = sm, *sc = qs + G * hd, *ow = sc + G * SM, *ml = ow + G * 4 * hd;
+    const float *qz = a.q + (size_t)z * a.tok_stride + (size_t)h0 * hd;
+    float *oz = a.out + (size_t)z * a.n_head * hd + (size_t)h0 * hd;
+    float *pz = a.part + (size_t)z * a.n_head * a.n_split * (hd + 2);
+    int *cz = a.count + (size_t)z * a.n_head + h0;
+    for (int d = t; d < G * hd; d += GQ_THREADS) qs[d] = qz[d];
+    __syncthreads();
+    const float scale = 1.0f / sqrtf((float)hd);
+    float m[GH];
+#pragma unroll
+    for (int i = 0; i < GH; i++) m[i] = -INFINITY;
+    for (int p = r; p < np; p += 128) {
+        const uint4 *kr = (const uint4 *)((const __half *)a.kc + (size_t)(p0 + p) * kv_dim + kvh * hd);
+        float acc0[GH], acc1[GH];
+#pragma unroll
+        for (int i = 0; i < GH; i++) acc0[i] = acc1[i] = 0.0f;
+        for (int gb = 0; gb < hd / 8; gb += 8) {
+            uint4 kk[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) kk[j] = gb + j < hd / 8 ? kr[gb + j] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                if (gb + j >= hd / 8) break;
+                float2 f[4];
+                f16x8(kk[j], f);
+#pragma unroll
+                for (int i = 0; i < GH; i++) {
+                    if (i >= ni) break;
+                    dot8(qs + (i0 + i) * hd + 8 * (gb + j), f, acc0[i], acc1[i]);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < GH; i++) {
+            if (i >= ni) break;
+            const float v = (acc0[i] + acc1[i]) * scale;
+            sc[(i0 + i) * SM + p] = v;
+            m[i] = fmaxf(m[i], v);
+        }
+    }
+    /* the value rows' first batch goes out before the reductions (flash_decode_block's order) */
+    uint32_t vv[PB][HJ];
+    auto load_v = [&](int pb) {
+#pragma unroll
+        for (int b = 0; b < PB; b++) {
+            const int p = pb + b * 4;
+            const size_t cell = (size_t)(p0 + p) * kv_dim + kvh * hd;
+#pragma unroll
+            for (int j = 0; j < HJ; j++) {
+                const int d = 2 * lane + 64 * j;
+                vv[b][j] = p < np && d < hd ? *(const unsigned int *)((const __half *)a.vc + cell + d) : 0u;
+            }
+        }
+    };
+    load_v(w4);
+#pragma unroll
+    for (int i = 0; i < GH; i++) { /* maximum: exact in any order */
+        float v = m[i];
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0 && i < ni) mred[i0 + i][w4] = v;
+    }
+    __syncthreads();
+    if (warp < G) { /* head `warp`: the one-token block's sum, its warps replayed in turn */
+        float *sh = sc + warp * SM;
+        const float M = fmaxf(fmaxf(fmaxf(mred[warp][0], mred[warp][1]), mred[warp][2]), mred[warp][3]);
+        float tot = 0.0f;
+        for (int w = 0; w < 4; w++) {
+            float l = 0.0f;
+            for (int p = 32 * w + lane; p < np; p += 128) {
+                const float e = expf(sh[p] - M);
+                sh[p] = e;
+                l += e;
+            }
+            for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
+            tot += l;
+        }
+        if (lane == 0) {
+            stat[warp][0] = M;
+            stat[warp][1] = tot;
+        }
+    }
+    __syncthreads();
+    float2 acc[GH][HJ];
+#pragma unroll
+    for (int i = 0; i < GH; i++)
+#pragma unroll
+        for (int j = 0; j < HJ; j++) acc[i][j] = make_float2(0.0f, 0.0f);
+    for (int pb = w4; pb < np; pb += PB * 4) {
+        if (pb != w4) load_v(pb);
+#pragma unroll
+        for (int b = 0; b < PB; b++) {
+            const int p = pb + b * 4;
+            if (p >= np) break;
+#pragma unroll
+            for (int i = 0; i < GH; i++) {
+                if (i >= ni) break;
+                const float e = sc[(i0 + i) * SM + p];
+#pragma unroll
+                for (int j = 0; j < HJ; j++) {
+                    const float2 f = __half22float2(*(const __half2 *)&vv[b][j]);
+                    acc[i][j].x = fmaf(e, f.x, acc[i][j].x);
+                    acc[i][j].y = fmaf(e, f.y, acc[i][j].y);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < GH; i++) {
+        if (i >= ni) break;
+#pragma unroll
+        for (int j = 0; j < HJ; j++) {
+            const int d = 2 * lane + 64 * j;
+            if (d < hd) {
+                ow[((i0 + i) * 4 + w4) * hd + d] = acc[i][j].x;
+                ow[((i0 + i) * 4 + w4) * hd + d + 1] = acc[i][j].y;
+            }
+        }
+    }
+    __syncthreads();
+    if (ns == 1) {
+        for (int x = t; x < G * hd; x += GQ_THREADS) {
+            const int i = x / hd, d = x % hd;
+            float o = 0.0f;
+            for (int w = 0; w < 4; w++) o += ow[(i * 4 + w) * hd + d];
+            oz[x] = o / stat[i][1];
+            if constexpr (ST) qs[x] = o / stat[i][1];
+        }
+        if constexpr (ST) {
+            __syncthreads();
+            if (warp < G) att_stage_out(a, h0 + warp, z, qs + warp * hd, lane);
+        }
+        return;
+    }
+    for (int x = t; x < G * hd; x += GQ_THREADS) {
+        const int i = x / hd, d = x % hd;
+        float o = 0.0f;
+        for (int w = 0; w < 4; w++) o += ow[(i * 4 + w) * hd + d];
+        pz[((size_t)(h0 + i) * a.n_split + s) * (hd + 2) + 2 + d] = o;
+    }
+    if (t < G) {
+        float *out = pz + ((size_t)(h0 + t) * a.n_split + s) * (hd + 2);
+        out[0] = stat[t][0];
+        out[1] = stat[t][1];
+    }
+    __threadfence();
+    __syncthreads();
+    if (t == 0) ticket = atomicAdd(cz, 1);
+    __syncthreads();
+    if (ticket != ns - 1) return;
+    __threadfence();
+    /* the merge, flash_decode_block's arithmetic per head: (m, l) of every split staged, then
+     * each output's splits in split order, MC loads a batch */
+    constexpr int MC = 16;
+    for (int x = t; x < G * ns * 2; x += GQ_THREADS) {
+        const int i = x / (2 * ns), j = (x >> 1) % ns;
+        ml[x] = __ldcg(pz + ((size_t)(h0 + i) * a.n_split + j) * (hd + 2) + (x & 1));
+    }
+    __syncthreads();
+    for (int x = t; x < G * hd; x += GQ_THREADS) {
+        const int i = x / hd, d = x % hd;
+        const float *mi = ml + i * 2 * ns, *ph = pz + (size_t)(h0 + i) * a.n_split * (hd + 2);
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        for (int j = 0; j < ns; j++) M = fmaxf(M, mi[2 * j]);
+        merge_splits<MC>(mi, ph, 0, hd, d, ns, M, L, O);
+        oz[x] = O / L;
+        if constexpr (ST) qs[x] = O / L;
+    }
+    if (t == 0) *cz = 0;
+    if constexpr (ST) {
+        __syncthreads();
+        if (warp < G) att_stage_out(a, h0 + warp, z, qs + warp * hd, lane);
+    }
+}
+
+static att_fn gqa_kernel(const rl_att_args *a) {
+    if (a->frag) return a->hd <= 64 ? flash_chunk_gqa_kernel<1, true> : flash_chunk_gqa_kernel<2, true>;
+    return a->hd <= 64 ? flash_chunk_gqa_kernel<1, false> : flash_chunk_gqa_kernel<2, false>;
+}
+
 int rl_attention_prepare(const rl_att_args *a) {
     const size_t smem = rl_attention_smem(a);
-    if (smem <= 48 * 1024) return 0;
-    const int hj = (a->hd + 63) / 64;
-    for (att_fn f : {att_pick<false, false>(hj), att_pick<true, false>(hj), att_pick<false, true>(hj),
-                     att_pick<true, true>(hj)}) { /* either cache type, staging or not */
-        cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (smem > 48 * 1024) {
+        const int hj = (a->hd + 63) / 64;
+        for (att_fn f : {att_pick<false, false>(hj), att_pick<true, false>(hj), att_pick<false, true>(hj),
+                         att_pick<true, true>(hj)}) { /* either cache type, staging or not */
+            cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            if (err != cudaSuccess) return (int)err;
+        }
+    }
+    rl_att_args g = *a; /* the grouped chunk kernel, where a chunk would run it */
+    g.gqa = true;
+    g.n_tok = 2;
+    if (!rl_att_gqa(&g) || gqa_smem(&g) <= 48 * 1024) return 0;
+    for (att_fn f : {flash_chunk_gqa_kernel<1, false>, flash_chunk_gqa_kernel<2, false>, flash_chunk_gqa_kernel<1, true>,
+                     flash_chunk_gqa_kernel<2, true>}) {
+        cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gqa_smem(&g));
         if (err != cudaSuccess) return (int)err;
     }
     return 0;
@@ -206,7 +448,11 @@ int rl_attention_prepare(const rl_att_args *a) {
 /* The split widening keeps at most max_split splits active at any position, so the grid needs no more:
  * v1 launched n_ctx / split blocks per head, most of which returned at once. */
 int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
-    dim3 grid(a->n_head, a->n_split < a->max_split ? a->n_split : a->max_split, a->n_tok > 1 ? a->n_tok : 1);
+    int ny = a->n_split < a->max_split ? a->n_split : a->max_split;
+    if (a->split_cap > 0 && a->split_cap < ny) ny = a->split_cap;
+    if (rl_att_gqa(a))
+        return rl_launch(gqa_kernel(a), dim3(a->n_head_kv, ny, a->n_tok), dim3(GQ_THREADS), gqa_smem(a), st, pdl, *a);
+    dim3 grid(a->n_head, ny, a->n_tok > 1 ? a->n_tok : 1);
     return rl_launch(att_kernel(a), grid, dim3(ATT_THREADS), rl_attention_smem(a), st, pdl, *a);
 }
 

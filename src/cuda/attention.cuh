@@ -53,6 +53,49 @@ __device__ __forceinline__ void att_stage_out(const rl_att_args &a, int h, int z
     }
 }
 
+/* Eight f16 of a key row (16 bytes) as four fp32 pairs. */
+__device__ __forceinline__ void f16x8(uint4 k8, float2 f[4]) {
+    f[0] = __half22float2(*(const __half2 *)&k8.x);
+    f[1] = __half22float2(*(const __half2 *)&k8.y);
+    f[2] = __half22float2(*(const __half2 *)&k8.z);
+    f[3] = __half22float2(*(const __half2 *)&k8.w);
+}
+
+/* Eight dimensions of a score q . k (f: the key's, f16x8; qq: the matching q values) into the
+ * two accumulators that take the even and the odd dimensions in turn: the order every
+ * flash-decode kernel keeps, so that their scores are the same bits. */
+__device__ __forceinline__ void dot8(const float *qq, const float2 f[4], float &acc0, float &acc1) {
+    acc0 = fmaf(qq[0], f[0].x, acc0);
+    acc1 = fmaf(qq[1], f[0].y, acc1);
+    acc0 = fmaf(qq[2], f[1].x, acc0);
+    acc1 = fmaf(qq[3], f[1].y, acc1);
+    acc0 = fmaf(qq[4], f[2].x, acc0);
+    acc1 = fmaf(qq[5], f[2].y, acc1);
+    acc0 = fmaf(qq[6], f[3].x, acc0);
+    acc1 = fmaf(qq[7], f[3].y, acc1);
+}
+
+/* The merge of splits [c0, c0 + n) of one output dimension d, in split order: split c0 + j's
+ * (m, l) at ml[2j], ml[2j + 1] (shared memory), its unnormalised value at ph[(c0 + j) (hd + 2) +
+ * 2 + d] (the head's partials, written by other blocks of the launch: from L2), MC loads a
+ * batch; adds to L and O, M being every split's max. */
+template <int MC>
+__device__ __forceinline__ void merge_splits(const float *ml, const float *ph, int c0, int hd, int d, int n, float M,
+                                             float &L, float &O) {
+    for (int j0 = 0; j0 < n; j0 += MC) {
+        float oq[MC];
+#pragma unroll
+        for (int j = 0; j < MC; j++) oq[j] = j0 + j < n ? __ldcg(ph + (size_t)(c0 + j0 + j) * (hd + 2) + 2 + d) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < MC; j++) {
+            if (j0 + j >= n) break;
+            const float w = expf(ml[2 * (j0 + j)] - M);
+            L = fmaf(ml[2 * (j0 + j) + 1], w, L);
+            O = fmaf(oq[j], w, O);
+        }
+    }
+}
+
 /* Flash-decode block (head h, split s, token z), computed by the ATT_THREADS threads of group g
  * (their own barrier; the kernel below: the whole block). sm: rl_attention_smem(a) bytes of
  * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: rl_ld_cg
@@ -118,18 +161,9 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
 #pragma unroll
                 for (int j = 0; j < 8; j++) {
                     if (gb + j >= hd / 8) break;
-                    const uint4 k8 = kk[j];
-                    const float *qq = qs + 8 * (gb + j);
-                    const float2 f0 = __half22float2(*(const __half2 *)&k8.x), f1 = __half22float2(*(const __half2 *)&k8.y),
-                                 f2 = __half22float2(*(const __half2 *)&k8.z), f3 = __half22float2(*(const __half2 *)&k8.w);
-                    acc0 = fmaf(qq[0], f0.x, acc0);
-                    acc1 = fmaf(qq[1], f0.y, acc1);
-                    acc0 = fmaf(qq[2], f1.x, acc0);
-                    acc1 = fmaf(qq[3], f1.y, acc1);
-                    acc0 = fmaf(qq[4], f2.x, acc0);
-                    acc1 = fmaf(qq[5], f2.y, acc1);
-                    acc0 = fmaf(qq[6], f3.x, acc0);
-                    acc1 = fmaf(qq[7], f3.y, acc1);
+                    float2 f[4];
+                    f16x8(kk[j], f);
+                    dot8(qs + 8 * (gb + j), f, acc0, acc1);
                 }
             }
         }
@@ -262,19 +296,7 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
         for (int i = 0; i < DI; i++) {
             const int d = t + i * nt;
             if (d >= hd) break;
-            for (int j0 = 0; j0 < nc; j0 += MC) {
-                float oq[MC];
-#pragma unroll
-                for (int j = 0; j < MC; j++)
-                    oq[j] = j0 + j < nc ? __ldcg(ph + (size_t)(c0 + j0 + j) * (hd + 2) + 2 + d) : 0.0f;
-#pragma unroll
-                for (int j = 0; j < MC; j++) {
-                    if (j0 + j >= nc) break;
-                    const float w = expf(ml[2 * (j0 + j)] - M);
-                    L[i] = fmaf(ml[2 * (j0 + j) + 1], w, L[i]);
-                    O[i] = fmaf(oq[j], w, O[i]);
-                }
-            }
+            merge_splits<MC>(ml, ph, c0, hd, d, nc, M, L[i], O[i]);
         }
     }
 #pragma unroll

@@ -29,6 +29,9 @@ struct prof_marks {
     double *bytes;       /* [cap] bytes read; < 0: the layer's KV cache at pos */
 };
 
+/* an exact chunk's graphs by its tokens' attention splits: at most 1, 2, 4, 8, 16, or any */
+#define CHUNK_BANDS 6
+
 struct rl_cuda {
     const rl_model *m;
     int n_sm;
@@ -55,8 +58,10 @@ struct rl_cuda {
     void *mvs;        /* the chunk matvecs' scratch (rl_mv_scratch_bytes) */
     size_t chunk_max; /* tokens per exact launch at most: 16, or -b's 1/4/8 */
     /* exact chunks of 4, 8, 16 tokens, captured at first use: [0] the LM head on the last
-     * token only (a prompt), [1] on every token (all-logits calls) */
-    cudaGraphExec_t cgraph[2][3];
+     * token only (a prompt), [1] on every token (all-logits calls); [band]: for chunks whose
+     * tokens have at most 1, 2, 4, 8, 16 attention splits, or any number (chunk_band) */
+    cudaGraphExec_t cgraph[2][3][CHUNK_BANDS];
+    int att_splits;   /* the band enqueue captures: its most splits (0: decoding, no cap) */
     size_t chunk_launches[3]; /* launches of a chunk of 4, 8, 16 tokens, once its graph exists */
     uint8_t *kc, *vc; /* [n_layer][n_ctx][kv_dim]: f16, or int8 with --kv-type q8 */
     float *kd, *vd;   /* q8: the scales, [n_layer][n_ctx][kv_dim / 32]; else NULL */
@@ -183,6 +188,9 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_MVB_SLOTS", 64, 2, 64, &k->mvb_slots, e) ||
         knob("RL_CUDA_MVX", 1, 0, 1, &k->mvx, e) || /* exact chunks on tensor cores (mvx.cu) */
         knob("RL_CUDA_ATT_STAGE", 1, 0, 1, &k->att_stage, e) || /* Wo's chunk input from the flash decode */
+        /* a chunk's attention per KV group (attention.cu) above 16 splits x heads a group (H100,
+         * docs/PERF.md v2.35: TinyLlama from 3 splits, Llama-3-8B from 5) */
+        knob("RL_CUDA_ATT_GQA", 16, 0, 1 << 20, &k->att_gqa, e) ||
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
@@ -375,6 +383,10 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
     t->split_max = c->split_max;
     t->max_split = c->knobs.att_max_split;
     t->n_tok = ns;
+    /* a chunk's graph is for chunks of at most att_splits splits a token (0: decoding) */
+    t->split_cap = c->att_splits;
+    t->gqa = c->att_splits > 0 && c->knobs.att_gqa > 0 &&
+             (size_t)c->att_splits * (cfg->n_head / cfg->n_head_kv) > (size_t)c->knobs.att_gqa;
     t->tok_stride = (int)c->qkv_dim;
     /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
      * differ), RoPE and the f16 K/V write in its epilogue where they fold */
@@ -562,8 +574,9 @@ static void cuda_free(void *impl) {
     if (c->pk_trace) cudaFree(c->pk_trace);
     if (c->graph) cudaGraphExecDestroy(c->graph);
     for (auto &gs : c->cgraph)
-        for (cudaGraphExec_t g : gs)
-            if (g) cudaGraphExecDestroy(g);
+        for (auto &gb : gs)
+            for (cudaGraphExec_t g : gb)
+                if (g) cudaGraphExecDestroy(g);
     if (c->pgraph) cudaGraphExecDestroy(c->pgraph);
     for (prof_marks *m : {&c->gm, &c->pm}) {
         for (int i = 0; m->ev && i <= m->cap; i++)
@@ -869,6 +882,22 @@ static int prefill_fast(rl_cuda *c, const int32_t *tokens, size_t S, size_t pos,
     return 0;
 }
 
+/* The band of a chunk of ns tokens at pos: the smallest b with at most 2^b attention splits at
+ * every one of its positions (the split widens past max_split, so the last token need not have
+ * the most), or CHUNK_BANDS - 1 past 2^(CHUNK_BANDS - 2). Its graph's attention grid holds that
+ * many splits, and the block per KV group runs where that many splits times a group's heads
+ * exceed RL_CUDA_ATT_GQA (layer_args). */
+static int chunk_band(const rl_cuda *c, size_t pos, size_t ns) {
+    int most = 1;
+    for (size_t i = 1; i <= ns; i++) {
+        const int n_pos = (int)(pos + i), S = rl_att_split_len(c->knobs.att_split, c->knobs.att_max_split, n_pos);
+        if ((n_pos + S - 1) / S > most) most = (n_pos + S - 1) / S;
+    }
+    int b = 0;
+    while (b < CHUNK_BANDS - 1 && (1 << b) < most) b++;
+    return b;
+}
+
 static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos, float *logits,
                         bool all_logits, rl_err *e) {
     rl_cuda *c = (rl_cuda *)impl;
@@ -894,9 +923,12 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
                 break;
             }
         const bool all = logits && all_logits;
-        if (gi >= 0 && !c->cgraph[all][gi]) {
+        const int band = gi >= 0 ? chunk_band(c, pos + s, ns) : 0;
+        if (gi >= 0 && !c->cgraph[all][gi][band]) {
             const auto cnt = c->n; /* the report keeps the one-token count */
-            int rc = capture_into(c, &c->cgraph[all][gi], (int)ns, all ? (int)ns : 1, e);
+            c->att_splits = band < CHUNK_BANDS - 1 ? 1 << band : c->n_split;
+            int rc = capture_into(c, &c->cgraph[all][gi][band], (int)ns, all ? (int)ns : 1, e);
+            c->att_splits = 0;
             if (!rc) c->chunk_launches[gi] = c->n.launches;
             c->n = cnt;
             if (rc) return -1;
@@ -905,7 +937,7 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
         h->pos = (int32_t)(pos + s);
         for (size_t i = 0; i < ns; i++) h->toks[i] = tokens[s + i];
         CK(cudaMemcpyAsync(c->io, h, sizeof *h, cudaMemcpyHostToDevice, c->st));
-        CK(cudaGraphLaunch(gi >= 0 ? c->cgraph[all][gi] : c->prof_on ? c->pgraph : c->graph, c->st));
+        CK(cudaGraphLaunch(gi >= 0 ? c->cgraph[all][gi][band] : c->prof_on ? c->pgraph : c->graph, c->st));
         if (c->prof_on && prof_collect(c, &c->gm, pos + s, e)) return -1;
         if (logits && (all_logits || s + ns == S)) {
             size_t first = all_logits ? 0 : ns - 1; /* every row, or the last */
@@ -1019,6 +1051,9 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         t.n_head_kv = (int)cfg->n_head_kv;
         t.hd = (int)cfg->head_dim;
         t.split_max = c->split_max;
+        t.n_split = c->n_split;
+        t.split = c->knobs.att_split;
+        t.max_split = c->knobs.att_max_split;
         size_t smem = rl_attention_smem(&t);
         if (smem > (size_t)p.sharedMemPerBlockOptin)
             return rl_fail(e, "CUDA: a context of %zu tokens needs %zu bytes of attention shared "
@@ -1304,8 +1339,10 @@ static int att_test_setup(rl_att_args *a, const float *q, const uint16_t *kc, co
 }
 
 extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv,
-                                      int hd, int nt, int pos, int split, uint32_t type, bool *same, rl_err *e) {
-    const int qd = n_head * hd, n_ctx = pos + nt, n_split = (n_ctx + split - 1) / split;
+                                      int hd, int nt, int pos, int split, int max_split, uint32_t type, bool gqa,
+                                      bool *used, bool *same, rl_err *e) {
+    const int qd = n_head * hd, n_ctx = pos + nt, n_all = (n_ctx + split - 1) / split,
+              n_split = max_split > 0 && max_split < n_all ? max_split : n_all;
     const size_t nq = (size_t)nt * qd, nkv = (size_t)n_ctx * n_head_kv * hd, sb = rl_mv_scratch_bytes(qd, nt),
                  pb = (size_t)nt * n_head * n_split * (hd + 2) * 4;
     if ((nt != 4 && nt != 8 && nt != 16) || hd % 32 || (type != RL_Q4_0 && type != RL_Q8_0))
@@ -1334,8 +1371,9 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         t.count = cnt;
         t.io = io;
         t.n_split = n_split;
-        t.split = t.split_max = split;
-        t.max_split = n_split; /* no widening */
+        t.split = split;
+        t.max_split = max_split > 0 ? max_split : n_split; /* 0: no widening */
+        t.split_max = rl_att_split_len(split, t.max_split, n_ctx);
         t.n_tok = nt;
         t.tok_stride = qd;
         /* Wo's arguments as layer_args makes them (only the type, input and scratch matter to
@@ -1355,10 +1393,13 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         rl_att_args t1 = t, t2 = t;
         t1.out = o1;
         t1.frag = rl_mvx_plane(&w1, &t1.frag_k8);
+        t1.gqa = gqa;
+        *used = rl_att_gqa(&t1);
         t2.out = o2;
+        t2.gqa = false;
         uint8_t *h1 = (uint8_t *)malloc(sb), *h2 = (uint8_t *)malloc(sb), *y1 = (uint8_t *)malloc(nq * 4),
                 *y2 = (uint8_t *)malloc(nq * 4);
-        int st = !h1 || !h2 || !y1 || !y2 ? -1 : rl_attention_prepare(&t);
+        int st = !h1 || !h2 || !y1 || !y2 ? -1 : rl_attention_prepare(&t1);
         if (!st) st = rl_attention_launch(&t1, false, 0);
         if (!st) st = rl_attention_launch(&t2, false, 0);
         if (st || rl_mvx_stage_launch(&w, &k, 8, 0) || cudaDeviceSynchronize() ||

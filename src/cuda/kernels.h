@@ -166,6 +166,10 @@ struct rl_cuda_knobs {
     int mvx;             /* exact chunks of Q4_0 / Q8_0 with 8-bit activations on int8 tensor
                             cores (mvx.cu; RL_CUDA_MVX: 1 default, 0 the dp4a chunk kernel);
                             the same bits either way */
+    int att_gqa;         /* an exact chunk's flash decode in a block per KV group (not per
+                            head) where the heads are grouped and a token's attention splits
+                            times the group's heads exceed this (RL_CUDA_ATT_GQA, default 16;
+                            0 never); the same bits */
     int att_stage;       /* in such a chunk the flash decode writes Wo's int8 input itself, one
                             launch a layer fewer (RL_CUDA_ATT_STAGE: 1 default, 0 Wo's own
                             staging launch); the same bits */
@@ -277,6 +281,12 @@ struct rl_att_args {
      * and that plane's k8 (8 Q4_0, 0 Q8_0); NULL: the outputs only */
     uint8_t *frag;
     int frag_k8;
+    /* an exact chunk of grouped heads in a block per KV group, split and token where it
+     * applies (rl_att_gqa; the host sets it by the chunk's splits, knob RL_CUDA_ATT_GQA) */
+    bool gqa;
+    /* an exact chunk's most active splits per token (its graph's band; 0: n_split): the
+     * grid's splits, so that a chunk at short positions launches no blocks that return at once */
+    int split_cap;
 };
 
 /* Positions per flash-decode split over n_pos positions: the knob `split` while that makes at
@@ -306,9 +316,12 @@ void rl_rope_kv_prefill_launch(const rl_att_args *a, const float2 *tab, cudaStre
  * over [0, pos + z] with its own q (tok_stride apart), output (q_dim apart), partials and
  * tickets: each token's arithmetic is exactly the one-token launch's. */
 int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
+/* Whether that chunk runs as one block per KV group, split and token (attention.cu,
+ * flash_chunk_gqa_kernel: the same bits, each row read once for the group's heads). */
+bool rl_att_gqa(const rl_att_args *a);
 /* Dynamic shared memory of one flash-decode block (a.hd, split_max), and the limit of the
- * kernels for that head size (f16 and q8 cache) raised to it (at open: never inside a
- * capture); cudaError_t. */
+ * kernels for that head size (f16 and q8 cache; the block per KV group's too, which also needs
+ * n_split) raised to it (at open: never inside a capture); cudaError_t. */
 size_t rl_attention_smem(const rl_att_args *a);
 int rl_attention_prepare(const rl_att_args *a);
 

@@ -46,11 +46,14 @@ int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc, const uin
                                    bool *used, rl_err *e);
 /* The flash decode of an exact chunk of nt tokens (4, 8 or 16) at positions pos.. (q: [nt][n_head
  * * hd] fp32; kc, vc: an f16 cache of pos + nt positions; split positions per attention split, so
- * pos + nt > split merges), run once writing Wo's tensor-core input (type Q4_0 or Q8_0) itself and
- * once followed by the chunk's staging kernel on its output: *same says that the outputs and
- * the two fragment planes are equal byte for byte. hd % 32 == 0. */
+ * pos + nt > split merges; max_split > 0: at most that many, the split widening past them as
+ * decoding's does, 0: no widening), run once writing Wo's tensor-core input (type Q4_0 or Q8_0)
+ * itself and once as the block per head followed by the chunk's staging kernel on its output:
+ * *same says that the outputs and the two fragment planes are equal byte for byte. gqa: the
+ * first run as the block per KV group where it applies (*used says whether it did). hd % 32 == 0. */
 int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv, int hd,
-                           int nt, int pos, int split, uint32_t type, bool *same, rl_err *e);
+                           int nt, int pos, int split, int max_split, uint32_t type, bool gqa, bool *used, bool *same,
+                           rl_err *e);
 /* Index of the first maximum of v[0..n) computed on the GPU. */
 int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e);
 

@@ -214,6 +214,14 @@ if has s; then
             rc=$?
             row "| tinyllama-1.1b Q4_0 | compute-sanitizer $tool, exact chunks of 16 and 4, RL_CUDA_MVX_RES=$res | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-chunks$res.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
         done; done
+        # the chunk's flash decode per KV group (attention.cu flash_chunk_gqa_kernel, session
+        # 38): forced on at every split count (RL_CUDA_ATT_GQA=1) with 32-position splits, so 40
+        # ids run its one-split path and its merge (chunks of 16, 16, 8)
+        for tool in memcheck racecheck; do
+            RL_CUDA_ATT_GQA=1 RL_CUDA_ATT_SPLIT=32 timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 3 "$R" logits --device cuda --prefill exact -b 16 -m "$f" --ids "$(seq 1 40 | tr '\n' ' ')" -o /tmp/ls.bin >"$OUT/sanitizer-$tool-gqa.txt" 2>&1
+            rc=$?
+            row "| tinyllama-1.1b Q4_0 | compute-sanitizer $tool, exact chunks' attention per KV group, 1-2 splits | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-gqa.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+        done
         # racecheck on race-free probes with the persistent kernel's barrier pattern: hazards
         # for NAMED 2/3 are the tool's (tests/cuda/racecheck_probe.cu)
         if [ -x "$B/racecheck_probe" ]; then

@@ -325,15 +325,21 @@ static void test_prefill_attention(void) {
 /* An exact chunk's flash decode that also writes Wo's tensor-core input (RL_CUDA_ATT_STAGE)
  * against its own output staged by the chunk's staging kernel: the same plane, byte for byte,
  * and the same output. Head sizes 64 (TinyLlama), 96, 128 and 256, grouped and plain heads,
- * chunks of 16, 8 and 4, one attention split and several (the merging block stages), Q4_0's and
- * Q8_0's integer terms. */
+ * chunks of 16, 8 and 4, one attention split and several (the merging block stages), splits
+ * widened past max_split (one to four keys a thread), Q4_0's and Q8_0's integer terms. Each
+ * case runs twice: the block per head writing the plane, and the block per KV group
+ * (RL_CUDA_ATT_GQA, where the heads are grouped) against the block per head, so the grouped
+ * kernel's outputs, partials and merge are the per-head kernel's bits. */
 static void test_att_stage(void) {
-    const int cases[][6] = {/* n_head, n_head_kv, hd, tokens, pos, split */
-                            {32, 4, 64, 16, 20, 128}, {32, 4, 64, 16, 300, 128}, {8, 8, 128, 8, 3, 128},
-                            {8, 8, 128, 16, 200, 64}, {6, 2, 96, 4, 50, 32}, {4, 1, 256, 16, 90, 128}};
+    const int cases[][7] = {/* n_head, n_head_kv, hd, tokens, pos, split, max_split (0: no widening) */
+                            {32, 4, 64, 16, 20, 128, 0},   {32, 4, 64, 16, 300, 128, 0}, {8, 8, 128, 8, 3, 128, 0},
+                            {8, 8, 128, 16, 200, 64, 0},   {6, 2, 96, 4, 50, 32, 0},     {4, 1, 256, 16, 90, 128, 0},
+                            {32, 8, 128, 16, 500, 128, 0}, {32, 4, 64, 16, 900, 128, 2}, {12, 4, 64, 8, 600, 32, 3},
+                            {16, 2, 128, 4, 130, 128, 0},  {28, 4, 128, 16, 260, 128, 20}};
+    int ran_gqa = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], nt = cases[ci][3], pos = cases[ci][4],
-                  split = cases[ci][5];
+                  split = cases[ci][5], msplit = cases[ci][6];
         const size_t nq = (size_t)nt * nh * hd, ncache = (size_t)(pos + nt) * nkv * hd;
         float *q = malloc(nq * sizeof *q);
         uint16_t *kc = malloc(ncache * 2), *vc = malloc(ncache * 2);
@@ -343,19 +349,29 @@ static void test_att_stage(void) {
             vc[i] = rl_f32_to_f16(frand());
         }
         const uint32_t types[] = {RL_Q4_0, RL_Q8_0};
-        for (int ti = 0; ti < 2; ti++) {
-            rl_err e = {{0}};
-            bool same = false;
-            CHECK(rl_cuda_test_att_stage(q, kc, vc, nh, nkv, hd, nt, pos, split, types[ti], &same, &e) == 0, "%s", e.msg);
-            CHECK(same, "attention staging, heads %d/%d, hd %d, %d tokens at %d, split %d, %s: plane or output differs",
-                  nh, nkv, hd, nt, pos, split, rl_type_name(types[ti]));
-        }
-        printf("  attention staging heads %d/%d hd %3d, %2d tokens at %3d, split %3d: plane = the staging kernel's\n",
-               nh, nkv, hd, nt, pos, split);
+        bool used = false;
+        for (int ti = 0; ti < 2; ti++)
+            for (int gq = 0; gq < 2; gq++) {
+                rl_err e = {{0}};
+                bool same = false, u = false;
+                CHECK(rl_cuda_test_att_stage(q, kc, vc, nh, nkv, hd, nt, pos, split, msplit, types[ti], gq, &u, &same,
+                                             &e) == 0, "%s", e.msg);
+                CHECK(same, "attention staging, heads %d/%d, hd %d, %d tokens at %d, split %d/%d, %s, %s: plane or "
+                      "output differs", nh, nkv, hd, nt, pos, split, msplit, rl_type_name(types[ti]),
+                      u ? "block per KV group" : "block per head");
+                /* the grouped kernel applies to grouped heads of at most 128 dimensions, 8 a group */
+                CHECK(u == (gq && nh / nkv >= 2 && nh / nkv <= 8 && hd <= 128), "attention, heads %d/%d, hd %d: "
+                      "block per KV group %s", nh, nkv, hd, u ? "used" : "not used");
+                used |= u;
+            }
+        ran_gqa += used;
+        printf("  attention staging heads %2d/%d hd %3d, %2d tokens at %3d, split %3d/%2d: plane = the staging "
+               "kernel's%s\n", nh, nkv, hd, nt, pos, split, msplit, used ? "; per KV group = per head" : "");
         free(q);
         free(kc);
         free(vc);
     }
+    CHECK(ran_gqa == 8, "the block per KV group ran in %d cases", ran_gqa);
 }
 
 int main(void) {
