@@ -11,12 +11,15 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-        "usage: rawloop bench [-m FILE] [-p 512] [-n 128] [-r 5] [-t N] [-d 0] [--json] [--exact] [--profile]\n"
+        "usage: rawloop bench [-m FILE] [-p 512] [-n 128] [-r 5] [-t N] [-d 0] [-c N] [--json] [--exact] [--profile]\n"
         "                    [--prefill exact|fast|auto] [--autotune]\n"
         "  -p N        prompt-processing test of N tokens (0 skips it)\n"
         "  -n N        generation test of N tokens (0 skips it)\n"
         "  -r N        repetitions (median and standard deviation reported)\n"
         "  -d N        run both tests after N tokens of context (depth)\n"
+        "  -c N        KV cache size in tokens (default: what the tests need, -d plus the\n"
+        "              longer of -p and -n, plus one); a larger one costs the GPU's exact\n"
+        "              chunks idle attention splits where a run's context would\n"
         "  -b N        tokens per forward chunk in prompt processing (default: CPU 64, GPU fast prefill 2048)\n"
         "  -t N        threads (default: all cores)\n"
         "  --json      one JSON object instead of the table\n"
@@ -175,22 +178,23 @@ static int autotune(cli_session *s, const rl_backend_opts *co, long ng, long rep
 int cmd_bench(int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'}, {"n-prompt", 1, 0, 'p'}, {"n-gen", 1, 0, 'n'},
-        {"repetitions", 1, 0, 'r'}, {"threads", 1, 0, 't'}, {"depth", 1, 0, 'd'},
+        {"repetitions", 1, 0, 'r'}, {"threads", 1, 0, 't'}, {"depth", 1, 0, 'd'}, {"ctx-size", 1, 0, 'c'},
         {"batch", 1, 0, 'b'}, {"json", 0, 0, 'j'}, {"exact", 0, 0, 'x'},
         {"no-ceiling", 0, 0, 'C'}, {"profile", 0, 0, 'P'}, {"device", 1, 0, 'D'}, {"kv-type", 1, 0, 'K'}, {"prefill", 1, 0, 'F'}, {"autotune", 0, 0, 'A'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL;
-    long np = 512, ng = 128, reps = 5, depth = 0, v;
+    long np = 512, ng = 128, reps = 5, depth = 0, n_ctx = 0, v;
     bool json = false, no_ceiling = false, profile = false, tune = false;
     rl_backend_opts co = {0};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "m:p:n:r:t:d:b:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "m:p:n:r:t:d:c:b:h", opts, NULL)) != -1) {
         switch (c) {
         case 'm': model = optarg; break;
         case 'p': if (cli_parse_long("-p", optarg, 0, 1L << 20, &np)) return 2; break;
         case 'n': if (cli_parse_long("-n", optarg, 0, 1L << 20, &ng)) return 2; break;
         case 'r': if (cli_parse_long("-r", optarg, 1, 1000, &reps)) return 2; break;
         case 'd': if (cli_parse_long("-d", optarg, 0, 1L << 20, &depth)) return 2; break;
+        case 'c': if (cli_parse_long("-c", optarg, 1, 1L << 24, &n_ctx)) return 2; break;
         case 't': if (cli_parse_long("-t", optarg, 1, 1024, &v)) return 2; co.n_threads = (size_t)v; break;
         case 'b': if (cli_parse_long("-b", optarg, 1, 4096, &v)) return 2; co.max_batch = (size_t)v; break;
         case 'j': json = true; break;
@@ -210,7 +214,12 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     size_t need = (size_t)depth + (size_t)(np > ng ? np : ng);
-    co.n_ctx = need + 1;
+    if (n_ctx && (size_t)n_ctx < need + 1) {
+        fprintf(stderr, "rawloop: bench: -c %ld is too small: the tests need %zu tokens of context (-d %ld plus "
+                "the longer of -p %ld and -n %ld, plus one)\n", n_ctx, need + 1, depth, np, ng);
+        return 2;
+    }
+    co.n_ctx = n_ctx ? (size_t)n_ctx : need + 1;
     cli_session s;
     if (cli_session_open(&s, model, &co)) return 1;
     /* the prompt is profiled where it runs as batches (the CPU, the GPU's fast prefill); the
@@ -297,7 +306,7 @@ int cmd_bench(int argc, char **argv) {
     rl_model_describe(&s.model, desc, sizeof desc);
     if (json) {
         printf("{\"model\": \"%s\", \"type\": \"%s\", \"backend\": \"%s\", "
-               "\"threads\": %zu, \"exact\": %s, \"depth\": %ld, \"n_prompt\": %ld, "
+               "\"threads\": %zu, \"exact\": %s, \"depth\": %ld, \"n_ctx\": %zu, \"n_prompt\": %ld, "
                "\"n_gen\": %ld, \"reps\": %ld, \"pp_tps\": %.3f, \"pp_sd\": %.3f, "
                "\"pp_min\": %.3f, \"pp_max\": %.3f, \"tg_tps\": %.3f, \"tg_sd\": %.3f, "
                "\"tg_min\": %.3f, \"tg_max\": %.3f, \"bytes_per_token\": %.0f, "
@@ -305,7 +314,7 @@ int cmd_bench(int argc, char **argv) {
                "\"ceiling_gbps\": %.3f, \"ceiling_share\": %.4f, \"file_bytes\": %zu, "
                "\"repacked_bytes\": %zu, \"prefill\": \"%s\", \"launches_per_token\": ",
                desc, rl_model_type_name(&s.model), s.be.name, nt,
-               co.exact ? "true" : "false", depth, np, ng, reps, sp.median, sp.sd, sp.min,
+               co.exact ? "true" : "false", depth, rl_backend_n_ctx(&s.be), np, ng, reps, sp.median, sp.sd, sp.min,
                sp.max, sg.median, sg.sd, sg.min, sg.max, bpt, wbytes, kvb, gbps, ceil,
                ceil > 0 ? gbps / ceil : 0, s.model.file_weight_bytes, s.be.repacked_bytes, s.be.prefill);
         if (s.be.launches) printf("%zu", s.be.launches);

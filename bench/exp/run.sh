@@ -210,7 +210,9 @@ gqa)
   # where carried): test_cuda (its attention lines: the grouped kernel's outputs, partials,
   # merge and plane byte for byte the per-head kernel's), chunk logits = one-token logits under
   # each (40 ids, and 300 / 600 / 1100: merged and widened splits, every band), S=1 and S=16 over
-  # 512, 1024 and 2048 ids under each setting in turn, two rounds, on CHUNKS="tl 8b"
+  # 512, 1024 and 2048 ids under each setting in turn, two rounds, on CHUNKS="tl 8b"; GQA_FLAGS
+  # adds bench flags to the S=16 runs (e.g. "-c 4096": a run's context, where the build before
+  # launched idle splits; bench -c since session 38, the base build lacks it only if older)
   F=${CHUNKS:-tl 8b}; models $F; B=/tmp/b/base/rawloop
   $(dirname $M)/test_cuda > /tmp/tc-gqa.log 2>&1; grep -E "attention staging|FAIL" /tmp/tc-gqa.log | head -30
   echo "test_cuda: $(tail -1 /tmp/tc-gqa.log)"
@@ -227,8 +229,8 @@ gqa)
   for r in 1 2; do for f in $F; do
     set -- $(pp $M "-b 1" $f 128); echo "$f r$r S=1 over 128 ids: $1 ± $2"
     for n in 512 1024 2048; do line="$f r$r S=16/$n"; base=
-      if [ -x $B ]; then set -- $(pp $B "" $f $n); base=$1; line="$line | before $1 ± $2"; fi
-      for c in $CF; do set -- $(RL_CUDA_ATT_GQA=$c pp $M "" $f $n)
+      if [ -x $B ]; then set -- $(pp $B "${GQA_FLAGS:-}" $f $n); base=$1; line="$line | before $1 ± $2"; fi
+      for c in $CF; do set -- $(RL_CUDA_ATT_GQA=$c pp $M "${GQA_FLAGS:-}" $f $n)
         [ -n "$base" ] || base=$1
         line="$line | GQA=$c $1 ± $2 ($(python3 -c "print('%+.1f%%'%(100*($1/$base-1)))"))"; done
       echo "$line"; done

@@ -69,3 +69,16 @@ def test_cpu_profile_table_and_refusal(rawloop):
     p = rawloop("bench", "--device", "cpu", "-m", MODEL, "-p", "0", "-n", "0", "-r", "1", "--profile",
                 check=False)
     assert p.returncode == 1 and b"--profile needs a generation test (-n > 0), or a prompt" in p.stderr
+
+
+def test_bench_ctx_size(rawloop):
+    """-c sets the KV cache (reported as n_ctx); by default it is what the tests need; one too
+    small for them is refused with the sizes named."""
+    base = ("bench", "--device", "cpu", "-m", MODEL, "-p", "8", "-n", "2", "-r", "1", "-t", "1", "--no-ceiling",
+            "--json")
+    assert json.loads(rawloop(*base).stdout)["n_ctx"] == 9  # -d 0 + max(-p 8, -n 2) + 1
+    assert json.loads(rawloop(*base, "-c", "300").stdout)["n_ctx"] == 300
+    assert json.loads(rawloop(*base, "-d", "4", "-c", "13").stdout)["n_ctx"] == 13
+    p = rawloop(*base, "-d", "4", "-c", "12", check=False)
+    assert p.returncode == 2
+    assert b"-c 12 is too small: the tests need 13 tokens of context" in p.stderr
