@@ -212,7 +212,7 @@ gqa)
   # each (40 ids, and 300 / 600 / 1100: merged and widened splits, every band), S=1 and S=16 over
   # 512, 1024 and 2048 ids under each setting in turn, two rounds, on CHUNKS="tl 8b"; GQA_FLAGS
   # adds bench flags to the S=16 runs (e.g. "-c 4096": a run's context, where the build before
-  # launched idle splits; bench -c since session 38, the base build lacks it only if older)
+  # launched idle splits; base.tar.xz built before bd83052 has no bench -c and prints 0)
   F=${CHUNKS:-tl 8b}; models $F; B=/tmp/b/base/rawloop
   $(dirname $M)/test_cuda > /tmp/tc-gqa.log 2>&1; grep -E "attention staging|FAIL" /tmp/tc-gqa.log | head -30
   echo "test_cuda: $(tail -1 /tmp/tc-gqa.log)"
