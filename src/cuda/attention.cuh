@@ -1,5 +1,7 @@
 /* Flash decode's device code, shared by its own kernel (attention.cu, one launch per layer) and
- * the persistent decode kernel (persist.cu, one phase per layer). Device code only. */
+ * the persistent decode kernel (persist.cu, one phase per layer); its score dot and merge batch
+ * also by an exact chunk's block per KV group (attention.cu), which must give the same bits.
+ * Device code only. */
 #ifndef RL_CUDA_ATTENTION_CUH
 #define RL_CUDA_ATTENTION_CUH
 
