@@ -222,11 +222,13 @@ static size_t gqa_smem(const rl_att_args *a) {
     return (G * hd + G * (size_t)a->split_max + G * 4 * hd + G * 2 * (size_t)a->n_split) * sizeof(float);
 }
 
-bool rl_att_gqa(const rl_att_args *a) {
+/* the shapes and cache the block per KV group serves (whether a launch asks for it aside) */
+static bool gqa_fits(const rl_att_args *a) {
     const int G = a->n_head / a->n_head_kv;
-    return a->gqa && a->n_tok > 1 && !a->kd && G >= 2 && G <= GQ_GMAX && a->hd % 32 == 0 && a->hd <= 128 &&
-           gqa_smem(a) <= 96 * 1024;
+    return !a->kd && G >= 2 && G <= GQ_GMAX && a->hd % 32 == 0 && a->hd <= 128 && gqa_smem(a) <= 96 * 1024;
 }
+
+bool rl_att_gqa(const rl_att_args *a) { return a->gqa && a->n_tok > 1 && gqa_fits(a); }
 
 template <int HJ, bool ST>
 __global__ void __launch_bounds__(GQ_THREADS, 3) flash_chunk_gqa_kernel(const rl_att_args a) {
@@ -433,13 +435,10 @@ int rl_attention_prepare(const rl_att_args *a) {
             if (err != cudaSuccess) return (int)err;
         }
     }
-    rl_att_args g = *a; /* the grouped chunk kernel, where a chunk would run it */
-    g.gqa = true;
-    g.n_tok = 2;
-    if (!rl_att_gqa(&g) || gqa_smem(&g) <= 48 * 1024) return 0;
+    if (!gqa_fits(a) || gqa_smem(a) <= 48 * 1024) return 0; /* the grouped chunk kernel, where it would run */
     for (att_fn f : {flash_chunk_gqa_kernel<1, false>, flash_chunk_gqa_kernel<2, false>, flash_chunk_gqa_kernel<1, true>,
                      flash_chunk_gqa_kernel<2, true>}) {
-        cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gqa_smem(&g));
+        cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gqa_smem(a));
         if (err != cudaSuccess) return (int)err;
     }
     return 0;

@@ -61,7 +61,6 @@ struct rl_cuda {
      * token only (a prompt), [1] on every token (all-logits calls); [band]: for chunks whose
      * tokens have at most 1, 2, 4, 8, 16 attention splits, or any number (chunk_band) */
     cudaGraphExec_t cgraph[2][3][CHUNK_BANDS];
-    int att_splits;   /* the band enqueue captures: its most splits (0: decoding, no cap) */
     size_t chunk_launches[3]; /* launches of a chunk of 4, 8, 16 tokens, once its graph exists */
     uint8_t *kc, *vc; /* [n_layer][n_ctx][kv_dim]: f16, or int8 with --kv-type q8 */
     float *kd, *vd;   /* q8: the scales, [n_layer][n_ctx][kv_dim / 32]; else NULL */
@@ -363,8 +362,9 @@ static void att_layer(const rl_cuda *c, size_t l, rl_att_args *t) {
     t->eps = cfg->norm_eps;
 }
 
-/* Every argument of layer l's steps for ns tokens (the launches' and the persistent kernel's). */
-static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
+/* Every argument of layer l's steps for ns tokens (the launches' and the persistent kernel's);
+ * splits: a chunk graph's band, its tokens' most attention splits (0: decoding, no cap). */
+static void layer_args(const rl_cuda *c, size_t l, int ns, int splits, rl_pk_layer *P) {
     const rl_config *cfg = &c->m->cfg;
     const dlayer *L = &c->lay[l];
     const int D = (int)cfg->n_embd, F = (int)cfg->n_ff;
@@ -383,10 +383,9 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
     t->split_max = c->split_max;
     t->max_split = c->knobs.att_max_split;
     t->n_tok = ns;
-    /* a chunk's graph is for chunks of at most att_splits splits a token (0: decoding) */
-    t->split_cap = c->att_splits;
-    t->gqa = c->att_splits > 0 && c->knobs.att_gqa > 0 &&
-             (size_t)c->att_splits * (cfg->n_head / cfg->n_head_kv) > (size_t)c->knobs.att_gqa;
+    t->split_cap = splits;
+    t->gqa = splits > 0 && c->knobs.att_gqa > 0 &&
+             (size_t)splits * (cfg->n_head / cfg->n_head_kv) > (size_t)c->knobs.att_gqa;
     t->tok_stride = (int)c->qkv_dim;
     /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
      * differ), RoPE and the f16 K/V write in its epilogue where they fold */
@@ -417,8 +416,9 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, rl_pk_layer *P) {
     mv_args1(c, &P->down, &L->wd, c->x, RL_MV_ADD, c->hb, NULL, F, ns, D);
 }
 
-/* One step of ns tokens; the LM head for the last `head` of them (1 or ns). */
-static int enqueue(rl_cuda *c, int ns, int head, rl_err *e) {
+/* One step of ns tokens; the LM head for the last `head` of them (1 or ns); splits as
+ * layer_args takes it. */
+static int enqueue(rl_cuda *c, int ns, int head, int splits, rl_err *e) {
     const rl_config *cfg = &c->m->cfg;
     int D = (int)cfg->n_embd, V = (int)cfg->n_vocab, rc = 0;
     /* 2: only the launches that copy weights before they wait (rl_mvs_launch, rl_mvx_launch) */
@@ -440,7 +440,7 @@ static int enqueue(rl_cuda *c, int ns, int head, rl_err *e) {
     for (size_t l = 0; l < (persist ? 0 : cfg->n_layer); l++) {
         const dlayer *L = &c->lay[l];
         rl_pk_layer P;
-        layer_args(c, l, ns, &P);
+        layer_args(c, l, ns, splits, &P);
         const bool fold = P.qkv.seg[0].rope; /* rope_folds(c, l), as layer_args decided */
         mv_go(c, &P.qkv, &rc);
         mark(c, fold ? "qkv+rope+kv" : "qkv", dmat_bytes(&L->wq) + dmat_bytes(&L->wk) + dmat_bytes(&L->wv));
@@ -486,7 +486,7 @@ static int persist_setup(rl_cuda *c, rl_err *e) {
     }
     rl_pk_layer *h = (rl_pk_layer *)calloc(n, sizeof *h);
     if (!h) return rl_fail(e, "out of memory");
-    for (size_t l = 0; l < n; l++) layer_args(c, l, 1, &h[l]);
+    for (size_t l = 0; l < n; l++) layer_args(c, l, 1, 0, &h[l]);
     int rc = 0;
     if (!rl_persist_plan(h, (int)n, &c->knobs, c->n_sm, &c->pk, c->pk_why, sizeof c->pk_why)) {
         cudaError_t err = cudaMemcpy(c->pk_lay, h, n * sizeof *h, cudaMemcpyHostToDevice);
@@ -523,10 +523,10 @@ static void persist_trace_write(rl_cuda *c) {
     free(h);
 }
 
-static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, int head, rl_err *e) {
+static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, int head, int splits, rl_err *e) {
     cudaGraph_t g;
     CK(cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal));
-    int rc = enqueue(c, ns, head, e);
+    int rc = enqueue(c, ns, head, splits, e);
     cudaError_t err = cudaStreamEndCapture(c->st, &g);
     if (rc) {
         if (err == cudaSuccess) cudaGraphDestroy(g);
@@ -539,7 +539,7 @@ static int capture_into(rl_cuda *c, cudaGraphExec_t *out, int ns, int head, rl_e
     return 0;
 }
 
-static int capture1(rl_cuda *c, rl_err *e) { return capture_into(c, &c->graph, 1, 1, e); }
+static int capture1(rl_cuda *c, rl_err *e) { return capture_into(c, &c->graph, 1, 1, 0, e); }
 
 /* With the persistent kernel (if asked for) and PDL first; if the driver refuses programmatic
  * edges or a cooperative launch in a graph, again without PDL, then without the persistent
@@ -650,7 +650,7 @@ static int cuda_profile(void *impl, bool on, rl_err *e) {
     if (!c->pgraph) {
         c->prof_cap = true;
         const auto n = c->n;
-        int rc = capture_into(c, &c->pgraph, 1, 1, e);
+        int rc = capture_into(c, &c->pgraph, 1, 1, 0, e);
         c->prof_cap = false;
         c->n = n;
         if (rc) return -1;
@@ -926,9 +926,8 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
         const int band = gi >= 0 ? chunk_band(c, pos + s, ns) : 0;
         if (gi >= 0 && !c->cgraph[all][gi][band]) {
             const auto cnt = c->n; /* the report keeps the one-token count */
-            c->att_splits = band < CHUNK_BANDS - 1 ? 1 << band : c->n_split;
-            int rc = capture_into(c, &c->cgraph[all][gi][band], (int)ns, all ? (int)ns : 1, e);
-            c->att_splits = 0;
+            int rc = capture_into(c, &c->cgraph[all][gi][band], (int)ns, all ? (int)ns : 1,
+                                  band < CHUNK_BANDS - 1 ? 1 << band : c->n_split, e);
             if (!rc) c->chunk_launches[gi] = c->n.launches;
             c->n = cnt;
             if (rc) return -1;
