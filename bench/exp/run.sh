@@ -205,8 +205,9 @@ astage)
   done; done ;;
 gqa)
   # an exact chunk's flash decode in a block per KV group (session 38; RL_CUDA_ATT_GQA: above
-  # that many splits a token times the group's heads, 0 never) and each chunk's graph by its splits (the grid's splits
-  # capped), against the block per head and against the build before (build-dev/base.tar.xz,
+  # that many splits a token times the group's heads, 0 never) and each chunk's graph by its
+  # splits (the grid's splits capped), against the block per head and against the build before
+  # (build-dev/base.tar.xz,
   # where carried): test_cuda (its attention lines: the grouped kernel's outputs, partials,
   # merge and plane byte for byte the per-head kernel's), chunk logits = one-token logits under
   # each (40 ids, and 300 / 600 / 1100: merged and widened splits, every band), S=1 and S=16 over
@@ -298,6 +299,6 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
