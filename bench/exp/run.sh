@@ -236,42 +236,6 @@ gqa)
         line="$line | GQA=$c $1 ± $2 ($(python3 -c "print('%+.1f%%'%(100*($1/$base-1)))"))"; done
       echo "$line"; done
   done; done ;;
-dgqa)
-  # EXPERIMENT (session 39): decoding's flash decode per KV group (RL_CUDA_ATT_GQA1=1: every
-  # position; no bands yet) at depth 4096 against the block per head, under three split plans:
-  # test_cuda, decoding logits (-b 1) under both (300 ids; 600 with widened splits; 4200 under
-  # each plan), then tg128 at -d 4096 alternated, two rounds, on CHUNKS="tl 8b"
-  F=${CHUNKS:-tl 8b}; models $F
-  $(dirname $M)/test_cuda > /tmp/tc-dgqa.log 2>&1; grep -E "FAIL" /tmp/tc-dgqa.log | head -20
-  echo "test_cuda: $(tail -1 /tmp/tc-dgqa.log)"
-  PLANS=${DPLANS:-"RL_CUDA_ATT_MAXSPLIT=20 RL_CUDA_ATT_MAXSPLIT=33 RL_CUDA_ATT_SPLIT=64,RL_CUDA_ATT_MAXSPLIT=128"}
-  for f in $F; do
-    kbits RL_CUDA_ATT_GQA1 "0 1" "1" 300; RL_CUDA_ATT_MAXSPLIT=2 kbits RL_CUDA_ATT_GQA1 "0 1" "1" 600
-    for p in $PLANS; do (export $(echo $p | tr , ' '); kbits RL_CUDA_ATT_GQA1 "0 1" "1" 4200) | sed "s/^/$p: /"; done
-  done
-  for r in 1 2; do for f in $F; do for p in $PLANS; do line="$f r$r d4096 $p"
-    for g in 0 1; do
-      env $(echo $p | tr , ' ') RL_CUDA_ATT_GQA1=$g $M bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 3 -d 4096 --no-ceiling --json 2>/dev/null | tail -1 > /tmp/j.json
-      line="$line | GQA1=$g $(python3 -c "import json;d=json.load(open('/tmp/j.json'));print('%.1f ± %.1f'%(d['tg_tps'],d['tg_sd']))" 2>/dev/null || echo FAILED)"
-    done; echo "$line"; done; done; done ;;
-hpb)
-  # EXPERIMENT (session 39): HPB heads of a KV group per flash-decode block (RL_CUDA_ATT_HPB,
-  # a group of 128 threads per head, flash_decode_block's bits): logits under each (decoding
-  # -b 1 at 300, 600 widened and 4200 ids; chunks -b 16 at 300), then tg128 at d0 and d4096 and
-  # S=16 over 512 ids (-c 4096) alternated, two rounds, on CHUNKS="tl 8b"
-  F=${CHUNKS:-tl 8b}; models $F
-  for f in $F; do H="1 2 4"; [ $f != tl ] || H="1 2 4 8"
-    kbits RL_CUDA_ATT_HPB "$H" "1 16" 300; RL_CUDA_ATT_MAXSPLIT=2 kbits RL_CUDA_ATT_HPB "$H" "1" 600
-    kbits RL_CUDA_ATT_HPB "$H" "1" 4200; done
-  for r in 1 2; do for f in $F; do H="1 2 4"; [ $f != tl ] || H="1 2 4 8"
-    for d in 0 4096; do line="$f r$r tg128 d$d"
-      for h in $H; do
-        RL_CUDA_ATT_HPB=$h $M bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 3 -d $d --no-ceiling --json 2>/dev/null | tail -1 > /tmp/j.json
-        line="$line | HPB=$h $(python3 -c "import json;d=json.load(open('/tmp/j.json'));print('%.1f ± %.1f'%(d['tg_tps'],d['tg_sd']))" 2>/dev/null || echo FAILED)"
-      done; echo "$line"; done
-    line="$f r$r S=16/512 -c 4096"
-    for h in $H; do set -- $(RL_CUDA_ATT_HPB=$h pp $M "-c 4096" $f 512); line="$line | HPB=$h $1 ± $2"; done; echo "$line"
-  done; done ;;
 stage8)
   # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there. S8: the two
   # knob values compared ("0 1" by default; "1 2": the normed inputs' staging too, session 33,
@@ -335,6 +299,6 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, dgqa, hpb, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

@@ -187,37 +187,6 @@ static att_fn att_kernel(const rl_att_args *a) {
     return a->kd ? att_pick<true, false>(hj) : att_pick<false, false>(hj);
 }
 
-/* EXPERIMENT (session 39): HPB heads of one KV group per block, a group of ATT_THREADS threads
- * (own barrier) per head running flash_decode_block: the same bits, the heads' shared K/V rows
- * requested from one SM (L1) instead of HPB */
-template <int HPB, int HJ, bool Q8, bool ST>
-__global__ void __launch_bounds__(ATT_THREADS *HPB, 8 / HPB) flash_decode_hpb_kernel(const rl_att_args a) {
-    extern __shared__ float sm[];
-    __shared__ float red[HPB][32];
-    __shared__ int ticket[HPB];
-    rl_pdl_trigger();
-    rl_pdl_wait();
-    const int gi = threadIdx.x / ATT_THREADS;
-    const size_t per = (size_t)(a.split_max + a.hd + (ATT_THREADS / 32) * a.hd);
-    flash_decode_block<HJ, Q8, false, ST>(a, blockIdx.x * HPB + gi, blockIdx.y, blockIdx.z, sm + gi * per, red[gi],
-                                          &ticket[gi], rl_grp{1 + gi, ATT_THREADS});
-}
-
-template <int HPB> static att_fn hpb_pick(const rl_att_args *a) {
-    const bool st = a->frag != NULL, q8 = a->kd != NULL;
-    if (a->hd <= 64)
-        return q8 ? (st ? flash_decode_hpb_kernel<HPB, 1, true, true> : flash_decode_hpb_kernel<HPB, 1, true, false>)
-                  : (st ? flash_decode_hpb_kernel<HPB, 1, false, true> : flash_decode_hpb_kernel<HPB, 1, false, false>);
-    return q8 ? (st ? flash_decode_hpb_kernel<HPB, 2, true, true> : flash_decode_hpb_kernel<HPB, 2, true, false>)
-              : (st ? flash_decode_hpb_kernel<HPB, 2, false, true> : flash_decode_hpb_kernel<HPB, 2, false, false>);
-}
-
-static att_fn hpb_kernel(const rl_att_args *a) {
-    const int G = a->n_head / a->n_head_kv;
-    if (a->hpb < 2 || a->hd > 128 || G % a->hpb) return NULL;
-    return a->hpb == 2 ? hpb_pick<2>(a) : a->hpb == 4 ? hpb_pick<4>(a) : a->hpb == 8 ? hpb_pick<8>(a) : NULL;
-}
-
 size_t rl_attention_smem(const rl_att_args *a) {
     return (size_t)(a->split_max + a->hd + (ATT_THREADS / 32) * a->hd) * sizeof(float);
 }
@@ -259,7 +228,7 @@ static bool gqa_fits(const rl_att_args *a) {
     return !a->kd && G >= 2 && G <= GQ_GMAX && a->hd % 32 == 0 && a->hd <= 128 && gqa_smem(a) <= 96 * 1024;
 }
 
-bool rl_att_gqa(const rl_att_args *a) { return a->gqa && gqa_fits(a); }
+bool rl_att_gqa(const rl_att_args *a) { return a->gqa && a->n_tok > 1 && gqa_fits(a); }
 
 template <int HJ, bool ST>
 __global__ void __launch_bounds__(GQ_THREADS, 3) flash_chunk_gqa_kernel(const rl_att_args a) {
@@ -466,11 +435,6 @@ int rl_attention_prepare(const rl_att_args *a) {
             if (err != cudaSuccess) return (int)err;
         }
     }
-    if (hpb_kernel(a) && smem * a->hpb > 48 * 1024) {
-        cudaError_t err = cudaFuncSetAttribute(hpb_kernel(a), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)(smem * a->hpb));
-        if (err != cudaSuccess) return (int)err;
-    }
     if (!gqa_fits(a) || gqa_smem(a) <= 48 * 1024) return 0; /* the grouped chunk kernel, where it would run */
     for (att_fn f : {flash_chunk_gqa_kernel<1, false>, flash_chunk_gqa_kernel<2, false>, flash_chunk_gqa_kernel<1, true>,
                      flash_chunk_gqa_kernel<2, true>}) {
@@ -487,9 +451,6 @@ int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
     if (a->split_cap > 0 && a->split_cap < ny) ny = a->split_cap;
     if (rl_att_gqa(a))
         return rl_launch(gqa_kernel(a), dim3(a->n_head_kv, ny, a->n_tok), dim3(GQ_THREADS), gqa_smem(a), st, pdl, *a);
-    if (att_fn f = hpb_kernel(a))
-        return rl_launch(f, dim3(a->n_head / a->hpb, ny, a->n_tok > 1 ? a->n_tok : 1), dim3(ATT_THREADS * a->hpb),
-                         rl_attention_smem(a) * a->hpb, st, pdl, *a);
     dim3 grid(a->n_head, ny, a->n_tok > 1 ? a->n_tok : 1);
     return rl_launch(att_kernel(a), grid, dim3(ATT_THREADS), rl_attention_smem(a), st, pdl, *a);
 }

@@ -190,8 +190,6 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         /* a chunk's attention per KV group (attention.cu) above 16 splits x heads a group (H100,
          * docs/PERF.md v2.35: TinyLlama from 3 splits, Llama-3-8B from 5) */
         knob("RL_CUDA_ATT_GQA", 16, 0, 1 << 20, &k->att_gqa, e) ||
-        knob("RL_CUDA_ATT_GQA1", 0, 0, 1 << 20, &k->att_gqa1, e) || /* EXPERIMENT: decoding per KV group */
-        knob("RL_CUDA_ATT_HPB", 1, 1, 8, &k->att_hpb, e) || /* EXPERIMENT: heads per flash-decode block */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
@@ -386,10 +384,8 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, int splits, rl_pk_lay
     t->max_split = c->knobs.att_max_split;
     t->n_tok = ns;
     t->split_cap = splits;
-    t->gqa = splits > 0 ? c->knobs.att_gqa > 0 &&
-                              (size_t)splits * (cfg->n_head / cfg->n_head_kv) > (size_t)c->knobs.att_gqa
-                        : ns == 1 && c->knobs.att_gqa1 > 0;
-    t->hpb = c->knobs.att_hpb;
+    t->gqa = splits > 0 && c->knobs.att_gqa > 0 &&
+             (size_t)splits * (cfg->n_head / cfg->n_head_kv) > (size_t)c->knobs.att_gqa;
     t->tok_stride = (int)c->qkv_dim;
     /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
      * differ), RoPE and the f16 K/V write in its epilogue where they fold */
