@@ -31,7 +31,10 @@
  * docs/PERF.md v2.7); the arithmetic keeps v2.2's order, so batching changed no bits. (A block
  * per GQA group reading each key once for its query heads was measured and dropped: an eighth
  * of the blocks, each doing eight heads' work in turn, made TinyLlama's attention 56% slower
- * at short context and slower at depth 4096 too.)
+ * at short context and slower at depth 4096 too. So were, for decoding, the chunks' grouped
+ * kernel, its heads over two halves of 256 threads (-3 to -19% at depth 4096), and 2-8 heads
+ * of a group a block, 128 threads each (-1 to -22%): docs/PERF.md v2.36. Decoding's attention
+ * waits on each block's chain of trips and on how many SMs run one, not on its L2 reads.)
  * Q8: an int8 cache with a scale per 32 values (--kv-type q8, half the bytes of f16): a key's
  * score is the sum over its 32-value blocks of d * (q . k_int8), a value row adds (e * d) * v. */
 /* An exact chunk whose Wo runs on tensor cores (a.frag set: its fragment plane): head h's output
