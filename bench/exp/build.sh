@@ -4,9 +4,9 @@
 # with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
-# epilogue flushes), fma (HEAD + q8-fma.patch, session 33) and s8n (HEAD + stage8n.patch,
-# session 34), each into its own build-dev/VARIANT.tar.xz. (Landed, their variants gone:
-# qkv-dual.patch and f16-pipe.patch in session 30, run.sh dual timing main's RL_CUDA_MVS2;
+# epilogue flushes), fma (HEAD + q8-fma.patch, session 33), s8n (HEAD + stage8n.patch,
+# session 34) and apre (HEAD + att-pre.patch, session 39), each into its own
+# build-dev/VARIANT.tar.xz. (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in session 30, run.sh dual timing main's RL_CUDA_MVS2;
 # mvx-trim.patch in session 32; mvxw, a branch, in session 34; mvxr.patch in session 36 as
 # mvx's RES flag, with mvxr8 and mvxa, which built on it. mvx16, 16-warp mvx blocks, lost in
 # session 34 and is gone.)
@@ -22,11 +22,11 @@ for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it
-    case $v in main|fma|s8n) rev=HEAD ;; *) rev=c207744 ;; esac
+    case $v in main|fma|s8n|apre) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
-        fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; *) patch= ;; esac
+        fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; apre) patch=att-pre.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
     # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only

@@ -36,6 +36,9 @@
 #                                      the build before (base.tar.xz): test_cuda, chunk logits =
 #                                      one-token logits, S=1 and S=16 (512, 1024, 2048 ids) under
 #                                      each GQA_CF="0 8 16 32" in turn, two rounds, CHUNKS="tl 8b"
+#   bash bench/exp/run.sh apre         att-pre.patch (build.sh apre, session 39): the flash decode's
+#                                      first key and value rows copied before its PDL wait, against
+#                                      main: bits, sanitizer, tg128 at d0 / d4096, S=16 (CHUNKS)
 #   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; 1 by default since 33): down's chunk
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
 #                                      the knob at both values, S=16 alternated, two rounds; S8="1 2"
@@ -236,6 +239,37 @@ gqa)
         line="$line | GQA=$c $1 ± $2 ($(python3 -c "print('%+.1f%%'%(100*($1/$base-1)))"))"; done
       echo "$line"; done
   done; done ;;
+apre)
+  # att-pre.patch (session 39, build.sh apre; not run yet): flash_decode_kernel copies what
+  # earlier launches wrote (each thread's first key row, each warp's first batch of value rows)
+  # into shared memory before its PDL wait (RL_CUDA_ATT_PRE: 1 the attention launched with PDL,
+  # 2 the keys, 4 the values): logits under every value (decoding -b 1 and chunks -b 16 at 300
+  # ids, 600 widened, 4200, 1100), which must be main's hashes; compute-sanitizer memcheck and
+  # racecheck with 7 (split 32: merged splits); tg128 at d0 and d4096 and S=16 over 512 ids
+  # (-c 4096), main and apre under APRE="1 3 7", two rounds, on CHUNKS="tl 8b" (~8 min; 7b
+  # or more values: a second call)
+  A=/tmp/b/apre/rawloop; [ -x $A ] || { echo "no apre build (build.sh apre, carry build-dev/apre.tar.xz)"; exit 2; }
+  F=${CHUNKS:-tl 8b}; models $F; P=${APRE:-1 3 7}
+  for f in $F; do
+    (M=$A; kbits RL_CUDA_ATT_PRE "0 1 2 4 6 7" "1 16" 300); (M=$A; RL_CUDA_ATT_MAXSPLIT=2 kbits RL_CUDA_ATT_PRE "0 7" "1 16" 600)
+    (M=$A; kbits RL_CUDA_ATT_PRE "0 6 7" "1" 4200); (M=$A; kbits RL_CUDA_ATT_PRE "0 7" "16" 1100)
+    kbits RL_CUDA_ATT_GQA "16" "1" 300 # main's hash, for the line above
+  done
+  for tool in memcheck racecheck; do
+    RL_CUDA_ATT_PRE=7 RL_CUDA_ATT_SPLIT=32 timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 $A logits --device cuda \
+      --prefill exact -b 1 -m /tmp/m/tl.gguf --ids "$(seq 1 40 | tr '\n' ' ')" -o /tmp/ls.bin > /tmp/san-$tool.txt 2>&1
+    echo "sanitizer $tool, PRE=7 split 32, 40 ids -b 1: rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san-$tool.txt | head -1)"; done
+  for r in 1 2; do for f in $F; do
+    for d in 0 4096; do line="$f r$r tg128 d$d"
+      for v in main $P; do b=$A; [ $v != main ] || { b=$M; v=0; }
+        RL_CUDA_ATT_PRE=$v $b bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 3 -d $d --no-ceiling --json 2>/dev/null | tail -1 > /tmp/j.json
+        line="$line | $([ $b = $M ] && echo main || echo PRE=$v) $(python3 -c "import json;d=json.load(open('/tmp/j.json'));print('%.1f ± %.1f'%(d['tg_tps'],d['tg_sd']))" 2>/dev/null || echo FAILED)"
+      done; echo "$line"; done
+    line="$f r$r S=16/512 -c 4096"
+    for v in main $P; do b=$A; [ $v != main ] || { b=$M; v=0; }
+      set -- $(RL_CUDA_ATT_PRE=$v pp $b "-c 4096" $f 512); line="$line | $([ $b = $M ] && echo main || echo PRE=$v) $1 ± $2"; done
+    echo "$line"
+  done; done ;;
 stage8)
   # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there. S8: the two
   # knob values compared ("0 1" by default; "1 2": the normed inputs' staging too, session 33,
@@ -299,6 +333,6 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
