@@ -6,10 +6,10 @@
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
 # epilogue flushes), fma (HEAD + q8-fma.patch, session 33), s8n (HEAD + stage8n.patch,
 # session 34) and apre (HEAD + att-pre.patch, session 39), each into its own
-# build-dev/VARIANT.tar.xz. (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in session 30, run.sh dual timing main's RL_CUDA_MVS2;
-# mvx-trim.patch in session 32; mvxw, a branch, in session 34; mvxr.patch in session 36 as
-# mvx's RES flag, with mvxr8 and mvxa, which built on it. mvx16, 16-warp mvx blocks, lost in
-# session 34 and is gone.)
+# build-dev/VARIANT.tar.xz. (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
+# session 30, run.sh dual timing main's RL_CUDA_MVS2; mvx-trim.patch in session 32; mvxw, a
+# branch, in session 34; mvxr.patch in session 36 as mvx's RES flag, with mvxr8 and mvxa, which
+# built on it. mvx16, 16-warp mvx blocks, lost in session 34 and is gone.)
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'
@@ -21,7 +21,8 @@ mkdir -p "$out" build-dev
 for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
-    # landed; main is HEAD, and q8-fma.patch (session 33) applies to it
+    # landed; main is HEAD, and q8-fma.patch (session 33), stage8n.patch (34) and att-pre.patch
+    # (39) apply to it
     case $v in main|fma|s8n|apre) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
