@@ -242,23 +242,24 @@ gqa)
 apre)
   # att-pre.patch (session 39, build.sh apre; not run yet): flash_decode_kernel copies what
   # earlier launches wrote (each thread's first key row, each warp's first batch of value rows)
-  # into shared memory before its PDL wait (RL_CUDA_ATT_PRE: 1 the attention launched with PDL,
-  # 2 the keys, 4 the values): logits under every value (decoding -b 1 and chunks -b 16 at 300
-  # ids, 600 widened, 4200, 1100), which must be main's hashes; compute-sanitizer memcheck and
-  # racecheck with 7 (split 32: merged splits); tg128 at d0 and d4096 and S=16 over 512 ids
-  # (-c 4096), main and apre under APRE="1 3 7", two rounds, on CHUNKS="tl 8b" (~8 min; 7b
-  # or more values: a second call)
+  # into shared memory before its PDL wait, and stages the merge's partials in one batch
+  # (RL_CUDA_ATT_PRE: 1 the attention launched with PDL, 2 the keys, 4 the values, 8 the
+  # merge): logits under every value (decoding -b 1 and chunks -b 16 at 300 ids, 600 widened,
+  # 4200, 1100), which must be main's hashes; compute-sanitizer memcheck and racecheck with 15
+  # (split 32: merged splits); tg128 at d0 and d4096 and S=16 over 512 ids (-c 4096), main and
+  # apre under APRE="1 7 9 15", two rounds, on CHUNKS="tl 8b" (~10 min; 7b or more values: a
+  # second call, SKIPBITS=1)
   A=/tmp/b/apre/rawloop; [ -x $A ] || { echo "no apre build (build.sh apre, carry build-dev/apre.tar.xz)"; exit 2; }
-  F=${CHUNKS:-tl 8b}; models $F; P=${APRE:-1 3 7}
-  for f in $F; do
-    (M=$A; kbits RL_CUDA_ATT_PRE "0 1 2 4 6 7" "1 16" 300); (M=$A; RL_CUDA_ATT_MAXSPLIT=2 kbits RL_CUDA_ATT_PRE "0 7" "1 16" 600)
-    (M=$A; kbits RL_CUDA_ATT_PRE "0 6 7" "1" 4200); (M=$A; kbits RL_CUDA_ATT_PRE "0 7" "16" 1100)
+  F=${CHUNKS:-tl 8b}; models $F; P=${APRE:-1 7 9 15}
+  for f in $F; do [ -z "${SKIPBITS:-}" ] || break
+    (M=$A; kbits RL_CUDA_ATT_PRE "0 1 2 6 8 14 15" "1 16" 300); (M=$A; RL_CUDA_ATT_MAXSPLIT=2 kbits RL_CUDA_ATT_PRE "0 15" "1 16" 600)
+    (M=$A; kbits RL_CUDA_ATT_PRE "0 7 8 15" "1" 4200); (M=$A; kbits RL_CUDA_ATT_PRE "0 15" "16" 1100)
     kbits RL_CUDA_ATT_GQA "16" "1" 300 # main's hash, for the line above
   done
-  for tool in memcheck racecheck; do
-    RL_CUDA_ATT_PRE=7 RL_CUDA_ATT_SPLIT=32 timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 $A logits --device cuda \
+  for tool in memcheck racecheck; do [ -z "${SKIPBITS:-}" ] || break
+    RL_CUDA_ATT_PRE=15 RL_CUDA_ATT_SPLIT=32 timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 $A logits --device cuda \
       --prefill exact -b 1 -m /tmp/m/tl.gguf --ids "$(seq 1 40 | tr '\n' ' ')" -o /tmp/ls.bin > /tmp/san-$tool.txt 2>&1
-    echo "sanitizer $tool, PRE=7 split 32, 40 ids -b 1: rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san-$tool.txt | head -1)"; done
+    echo "sanitizer $tool, PRE=15 split 32, 40 ids -b 1: rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san-$tool.txt | head -1)"; done
   for r in 1 2; do for f in $F; do
     for d in 0 4096; do line="$f r$r tg128 d$d"
       for v in main $P; do b=$A; [ $v != main ] || { b=$M; v=0; }
