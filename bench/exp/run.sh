@@ -38,7 +38,8 @@
 #                                      each GQA_CF="0 8 16 32" in turn, two rounds, CHUNKS="tl 8b"
 #   bash bench/exp/run.sh apre         att-pre.patch (build.sh apre, session 39): the flash decode's
 #                                      first key and value rows copied before its PDL wait, against
-#                                      main: bits, sanitizer, tg128 at d0 / d4096, S=16 (CHUNKS)
+#                                      main: SKIPPERF=1 bits and sanitizer, SKIPBITS=1 tg128 at d0 /
+#                                      d4096 and S=16 (two calls; CHUNKS)
 #   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; 1 by default since 33): down's chunk
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
 #                                      the knob at both values, S=16 alternated, two rounds; S8="1 2"
@@ -243,23 +244,37 @@ apre)
   # att-pre.patch (session 39, build.sh apre; not run yet): flash_decode_kernel copies what
   # earlier launches wrote (each thread's first key row, each warp's first batch of value rows)
   # into shared memory before its PDL wait, and stages the merge's partials in one batch
-  # (RL_CUDA_ATT_PRE: 1 the attention launched with PDL, 2 the keys, 4 the values, 8 the
-  # merge): logits under every value (decoding -b 1 and chunks -b 16 at 300 ids, 600 widened,
-  # 4200, 1100), which must be main's hashes; compute-sanitizer memcheck and racecheck with 15
-  # (split 32: merged splits); tg128 at d0 and d4096 and S=16 over 512 ids (-c 4096), main and
-  # apre under APRE="1 7 9 15", two rounds, on CHUNKS="tl 8b" (~10 min; 7b or more values: a
-  # second call, SKIPBITS=1)
+  # (RL_CUDA_ATT_PRE: 1 the attention launched with PDL, 2 the keys, 4 the values (with 2), 8
+  # the merge). Two calls, each within 600 s, on CHUNKS="tl 8b":
+  #   SKIPPERF=1: logits, main's and apre's under every value the same bytes (decoding -b 1 and
+  #     chunks -b 16 at 300 ids, 600 widened, 4200, 1100), then compute-sanitizer memcheck and
+  #     racecheck with 15 (split 32: merged splits; TinyLlama -b 1 and -b 16, 8B -b 1 memcheck)
+  #   SKIPBITS=1: tg128 at d0 and d4096 and S=16 over 512 ids (-c 4096), main and apre under
+  #     APRE="1 7 9 15", two rounds
   A=/tmp/b/apre/rawloop; [ -x $A ] || { echo "no apre build (build.sh apre, carry build-dev/apre.tar.xz)"; exit 2; }
   F=${CHUNKS:-tl 8b}; models $F; P=${APRE:-1 7 9 15}
-  for f in $F; do [ -z "${SKIPBITS:-}" ] || break
-    (M=$A; kbits RL_CUDA_ATT_PRE "0 1 2 6 8 14 15" "1 16" 300); (M=$A; RL_CUDA_ATT_MAXSPLIT=2 kbits RL_CUDA_ATT_PRE "0 15" "1 16" 600)
-    (M=$A; kbits RL_CUDA_ATT_PRE "0 7 8 15" "1" 4200); (M=$A; kbits RL_CUDA_ATT_PRE "0 15" "16" 1100)
-    kbits RL_CUDA_ATT_GQA "16" "1" 300 # main's hash, for the line above
-  done
-  for tool in memcheck racecheck; do [ -z "${SKIPBITS:-}" ] || break
-    RL_CUDA_ATT_PRE=15 RL_CUDA_ATT_SPLIT=32 timeout 300 compute-sanitizer --tool $tool --error-exitcode 3 $A logits --device cuda \
-      --prefill exact -b 1 -m /tmp/m/tl.gguf --ids "$(seq 1 40 | tr '\n' ' ')" -o /tmp/ls.bin > /tmp/san-$tool.txt 2>&1
-    echo "sanitizer $tool, PRE=15 split 32, 40 ids -b 1: rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san-$tool.txt | head -1)"; done
+  # abits BATCHES N VALUES: logits of ids 1..N in chunks of each of BATCHES by main, and by apre
+  # under each RL_CUDA_ATT_PRE value, all the same bytes ($f: the file)
+  abits() { local L= b v ids; ids=$(seq 1 $2 | tr '\n' ' ')
+    for b in $1; do
+      $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$ids" -o /tmp/la-m-$b.bin > /dev/null 2>&1 || rm -f /tmp/la-m-$b.bin
+      L="$L /tmp/la-m-$b.bin"
+      for v in $3; do
+        RL_CUDA_ATT_PRE=$v $A logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$ids" -o /tmp/la-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/la-$v-$b.bin
+        L="$L /tmp/la-$v-$b.bin"; done; done
+    same "$2 ids: -b $(echo $1 | tr ' ' =), main = apre under RL_CUDA_ATT_PRE $(echo $3 | tr ' ' /)" $L; rm -f $L; }
+  # san TOOL FILE BATCH N: compute-sanitizer on apre with every copy, split 32
+  san() { RL_CUDA_ATT_PRE=15 RL_CUDA_ATT_SPLIT=32 timeout ${SAN_T:-150} compute-sanitizer --tool $1 --error-exitcode 3 $A logits \
+      --device cuda --prefill exact -b $3 -m /tmp/m/$2.gguf --ids "$(seq 1 $4 | tr '\n' ' ')" -o /tmp/ls.bin > /tmp/san-$1.txt 2>&1
+    echo "sanitizer $1, $2, PRE=15 split 32, $4 ids -b $3: rc $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san-$1.txt | head -1)"; }
+  if [ -z "${SKIPBITS:-}" ]; then
+    for f in $F; do
+      abits "1 16" 300 "0 1 2 6 8 10 14 15"; RL_CUDA_ATT_MAXSPLIT=2 abits "1 16" 600 "15"
+      abits "1" 4200 "7 8 15"; abits "16" 1100 "15"; done
+    case " $F " in *" tl "*) for t in memcheck racecheck; do san $t tl 1 40; san $t tl 16 40; done ;; esac
+    case " $F " in *" 8b "*) san memcheck 8b 1 20 ;; esac
+  fi
+  [ -z "${SKIPPERF:-}" ] || { echo "total $(( $(date +%s) - t0 )) s"; exit 0; }
   for r in 1 2; do for f in $F; do
     for d in 0 4096; do line="$f r$r tg128 d$d"
       for v in main $P; do b=$A; [ $v != main ] || { b=$M; v=0; }
