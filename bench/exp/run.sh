@@ -100,12 +100,18 @@ same() { local l=$1 a=$2; shift 2
   echo "$f ${ex:-fast}: $l ($(sha256sum < $a | cut -c1-16))"; }
 # kbits KNOB "VALUES" "BATCHES" N: logits of ids 1..N by exact chunks of each of BATCHES (-b)
 # with the environment knob at each of VALUES, all the same bytes ($f: the file)
+# xlg BINARY OUT BATCH IDS: logits of IDS by exact chunks of BATCH into OUT, removed if the run
+# fails ($f: the file; the caller's environment holds the knobs)
+xlg() { $1 logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $3 --ids "$4" -o $2 > /dev/null 2>&1 || rm -f $2; }
 kbits() { local k=$1 L= v b ids; ids=$(seq 1 $4 | tr '\n' ' ')
   for v in $2; do for b in $3; do
-    env $k=$v $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$ids" -o /tmp/lg-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/lg-$v-$b.bin
+    (export "$k=$v"; xlg $M /tmp/lg-$v-$b.bin $b "$ids")
     L="$L /tmp/lg-$v-$b.bin"; done; done
   same "$4 ids: -b $(echo $3 | tr ' ' =), $k $(echo $2 | tr ' ' /)" $L; rm -f $L; }
 # pp BINARY FLAGS FILE N: "tok/s sd" of an exact prefill of N ids (chunks)
+# tgd BINARY FLAGS FILE: "tok/s sd" of tg128 (FLAGS e.g. "-d 4096")
+tgd() { $1 bench --device cuda -m /tmp/m/$3.gguf -p 0 -n 128 -r 3 $2 --no-ceiling --json 2>/dev/null | tail -1 |
+  python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['tg_tps'],d['tg_sd']))" || echo "0 0"; }
 pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
   python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
 t0=$(date +%s)
@@ -256,12 +262,8 @@ apre)
   # abits BATCHES N VALUES: logits of ids 1..N in chunks of each of BATCHES by main, and by apre
   # under each RL_CUDA_ATT_PRE value, all the same bytes ($f: the file)
   abits() { local L= b v ids; ids=$(seq 1 $2 | tr '\n' ' ')
-    for b in $1; do
-      $M logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$ids" -o /tmp/la-m-$b.bin > /dev/null 2>&1 || rm -f /tmp/la-m-$b.bin
-      L="$L /tmp/la-m-$b.bin"
-      for v in $3; do
-        RL_CUDA_ATT_PRE=$v $A logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $b --ids "$ids" -o /tmp/la-$v-$b.bin > /dev/null 2>&1 || rm -f /tmp/la-$v-$b.bin
-        L="$L /tmp/la-$v-$b.bin"; done; done
+    for b in $1; do xlg $M /tmp/la-m-$b.bin $b "$ids"; L="$L /tmp/la-m-$b.bin"
+      for v in $3; do RL_CUDA_ATT_PRE=$v xlg $A /tmp/la-$v-$b.bin $b "$ids"; L="$L /tmp/la-$v-$b.bin"; done; done
     same "$2 ids: -b $(echo $1 | tr ' ' =), main = apre under RL_CUDA_ATT_PRE $(echo $3 | tr ' ' /)" $L; rm -f $L; }
   # san TOOL FILE BATCH N: compute-sanitizer on apre with every copy, split 32
   san() { RL_CUDA_ATT_PRE=15 RL_CUDA_ATT_SPLIT=32 timeout ${SAN_T:-150} compute-sanitizer --tool $1 --error-exitcode 3 $A logits \
@@ -278,8 +280,7 @@ apre)
   for r in 1 2; do for f in $F; do
     for d in 0 4096; do line="$f r$r tg128 d$d"
       for v in main $P; do b=$A; [ $v != main ] || { b=$M; v=0; }
-        RL_CUDA_ATT_PRE=$v $b bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 3 -d $d --no-ceiling --json 2>/dev/null | tail -1 > /tmp/j.json
-        line="$line | $([ $b = $M ] && echo main || echo PRE=$v) $(python3 -c "import json;d=json.load(open('/tmp/j.json'));print('%.1f ± %.1f'%(d['tg_tps'],d['tg_sd']))" 2>/dev/null || echo FAILED)"
+        set -- $(RL_CUDA_ATT_PRE=$v tgd $b "-d $d" $f); line="$line | $([ $b = $M ] && echo main || echo PRE=$v) $1 ± $2"
       done; echo "$line"; done
     line="$f r$r S=16/512 -c 4096"
     for v in main $P; do b=$A; [ $v != main ] || { b=$M; v=0; }
