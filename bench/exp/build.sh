@@ -5,7 +5,7 @@
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
 # epilogue flushes), fma (HEAD + q8-fma.patch, session 33), s8n (HEAD + stage8n.patch,
-# session 34) and apre (HEAD + att-pre.patch, session 39), each into its own
+# session 34) and apre (HEAD + att-pre.patch, session 39; lost in 40), each into its own
 # build-dev/VARIANT.tar.xz. (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
 # session 30, run.sh dual timing main's RL_CUDA_MVS2; mvx-trim.patch in session 32; mvxw, a
 # branch, in session 34; mvxr.patch in session 36 as mvx's RES flag, with mvxr8 and mvxa, which

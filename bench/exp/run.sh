@@ -21,6 +21,7 @@
 #                                      in session 30) against two launches, TinyLlama / 7B / 8B
 #                                      Q4_K_M (DUAL=... other files of models()): bits,
 #                                      launches, tg128, profile
+#   bash bench/exp/run.sh table        main's tg128 at d0 and d4096 on issue 4's ten goal files (TABLE, ROUNDS)
 #   bash bench/exp/run.sh chunks       exact chunks against one token at a time (issue 4's S=16 >=
 #                                      8x S=1, last measured in v2.12): pp512 in exact chunks of 16
 #                                      and pp128 with -b 1 (v2.12's commands), then each chunk size
@@ -82,13 +83,14 @@ M=/tmp/b/main/rawloop; S=/tmp/b/sf/rawloop X=/tmp/b/exp/rawloop L=/tmp/b/lean/ra
 nvidia-smi --query-gpu=name,driver_version,clocks.mem --format=csv,noheader
 mk() { [ -f /tmp/m/$3 ] || { $M mkmodel --shape $1 --type $2 --vocab $V -o /tmp/m/$3.part -t ${MK_T:-4} > /tmp/m/$3.log 2>&1 &&
   mv /tmp/m/$3.part /tmp/m/$3; }; }
-# the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8 8bf16 tlq4km 8bq4km 7bq5km tlq8) made side by side, those missing
+# the named files (tl 7b 7brq2 7bq4km 7bf16 8b tlf16 7bq8 8bf16 tlq4km 8bq4km 7bq5km tlq8 8bq8) made side by side, those missing
 models() { for f in "$@"; do case $f in
   tl) mk tinyllama-1.1b Q4_0 tl.gguf & ;; 7b) mk llama2-7b Q4_0 7b.gguf & ;; 7brq2) mk llama2-7b RQ2 7brq2.gguf & ;;
   7bq4km) mk llama2-7b Q4_K_M 7bq4km.gguf & ;; 7bf16) mk llama2-7b F16 7bf16.gguf & ;; 8b) mk llama3-8b Q4_0 8b.gguf & ;;
   tlf16) mk tinyllama-1.1b F16 tlf16.gguf & ;; 7bq8) mk llama2-7b Q8_0 7bq8.gguf & ;; 8bf16) mk llama3-8b F16 8bf16.gguf & ;;
   tlq4km) mk tinyllama-1.1b Q4_K_M tlq4km.gguf & ;; 8bq4km) mk llama3-8b Q4_K_M 8bq4km.gguf & ;;
   7bq5km) mk llama2-7b Q5_K_M 7bq5km.gguf & ;; tlq8) mk tinyllama-1.1b Q8_0 tlq8.gguf & ;;
+  8bq8) mk llama3-8b Q8_0 8bq8.gguf & ;;
   esac; done; wait; echo "models $(( $(date +%s) - t0 )) s"; }
 tg() { local b=$1 f=$2 l=$3; shift 3
   env "$@" $b bench --device cuda -m $f -p 0 -n 128 -r 3 --json 2>/dev/null | tail -1 > /tmp/j.json
@@ -195,12 +197,21 @@ peer)
     python3 -c "import json;d=[r for r in json.load(open('/tmp/lb.json')) if r['n_gen']>0][0];print('%-36s %8.1f %5.1f'%('$f llama.cpp',d['avg_ts'],d['stddev_ts']))" || echo "$f llama.cpp FAILED"
     pv=${PEER_VAR:-lean}; tg /tmp/b/$pv/rawloop /tmp/m/$f.gguf "$f rawloop $pv"
   done ;;
+table)
+  # issue 4's tg rows (session 40): main's tg128 at d0 and d4096 on every file of the goal
+  # table (TABLE to pick), one line a file, ROUNDS rounds
+  F=${TABLE:-tl tlf16 7b 7bq4km 7bq8 7bf16 8b 8bq4km 8bq8 8bf16}; models $F
+  for r in $(seq 1 ${ROUNDS:-1}); do for f in $F; do
+    set -- $(tgd $M "" $f) $(tgd $M "-d 4096" $f)
+    echo "$f r$r tg128 d0 $1 ± $2 | d4096 $3 ± $4"; done; done ;;
 chunks)
   F=${CHUNKS:-tl 7b 8b 7bq8}; models $F
   for r in 1 2; do for f in $F; do
     # v2.12's pair (S=1 over 128 ids, S=16 over 512), then both over the same prompt: the
     # longer prompt's attention costs either chunk size more, so the pair alone understates S=16
-    set -- $(pp $M "-b 1" $f 128) $(pp $M "" $f 512) $(pp $M "-b 1" $f 512) $(pp $M "" $f 128)
+    # CHUNK_FLAGS: bench flags for all four (session 40: "-c 4096", a run's context as in gqa)
+    X=${CHUNK_FLAGS:-}
+    set -- $(pp $M "-b 1 $X" $f 128) $(pp $M "$X" $f 512) $(pp $M "-b 1 $X" $f 512) $(pp $M "$X" $f 128)
     python3 -c "r=lambda a,b: a/b if b else 0; print('%-5s r$r  S=1 p128 %7.1f ± %4.1f  S=16 p512 %8.1f ± %5.1f  %5.2fx | S=1 p512 %7.1f ± %4.1f  %5.2fx | S=16 p128 %8.1f ± %5.1f  %5.2fx'%('$f',$1,$2,$3,$4,r($3,$1),$5,$6,r($3,$5),$7,$8,r($7,$1)))"
   done; done ;;
 astage)
@@ -247,11 +258,11 @@ gqa)
       echo "$line"; done
   done; done ;;
 apre)
-  # att-pre.patch (session 39, build.sh apre; not run yet): flash_decode_kernel copies what
-  # earlier launches wrote (each thread's first key row, each warp's first batch of value rows)
-  # into shared memory before its PDL wait, and stages the merge's partials in one batch
-  # (RL_CUDA_ATT_PRE: 1 the attention launched with PDL, 2 the keys, 4 the values (with 2), 8
-  # the merge). Two calls, each within 600 s, on CHUNKS="tl 8b":
+  # att-pre.patch (session 39, build.sh apre; ran in session 40 and lost: PERF v2.37):
+  # flash_decode_kernel copies what earlier launches wrote (each thread's first key row, each
+  # warp's first batch of value rows) into shared memory before its PDL wait, and stages the
+  # merge's partials in one batch (RL_CUDA_ATT_PRE: 1 the attention launched with PDL, 2 the
+  # keys, 4 the values (with 2), 8 the merge). Two calls, each within 600 s, on CHUNKS="tl 8b":
   #   SKIPPERF=1: logits, main's and apre's under every value the same bytes (decoding -b 1 and
   #     chunks -b 16 at 300 ids, 600 widened, 4200, 1100), then compute-sanitizer memcheck and
   #     racecheck with 15 (split 32: merged splits; TinyLlama -b 1 and -b 16, 8B -b 1 memcheck)
@@ -350,6 +361,6 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
