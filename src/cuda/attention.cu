@@ -425,6 +425,279 @@ static att_fn gqa_kernel(const rl_att_args *a) {
     return a->hd <= 64 ? flash_chunk_gqa_kernel<1, false> : flash_chunk_gqa_kernel<2, false>;
 }
 
+/* ---- a KV group's flash decode on tensor cores (RL_CUDA_ATT_MMA; decoding and exact chunks) ----
+ * flash_decode_kernel spends ~40 warp-instructions per head and key at depth (docs/PERF.md v2.37
+ * §5): each of a group's G heads converts and multiplies every key and value element itself.
+ * Here block (KV group kvh, split s, token z) puts the group's heads on the rows of m16n8k16
+ * f16 products with fp32 accumulation, so each key and value row is loaded once for the group
+ * and converted by the product:
+ * - rows g < 8 hold head g's operand rounded to f16 (hi), rows g + 8 its remainder (lo), so
+ *   that hi + lo keeps fp32's accuracy to ~2^-22 and one product gives both: a score is
+ *   (row g + row g + 8) of the accumulator. q is scaled by a power of two into f16's range
+ *   first (exact), the scale folded into the score's factor;
+ * - scores: lane (g, tq) loads 16 bytes of key row g of an 8-key tile, dims 32 j + 8 tq ..
+ *   + 7, used as the B fragment of k-steps 2 j (dims + 0..3) and 2 j + 1 (+ 4..7); q's A
+ *   fragment holds the same dims in the same places (the dot's terms in another order, the
+ *   same sum), so no key is rearranged in memory or shared memory;
+ * - values: the same loads of value rows, transposed in registers (movmatrix) into B
+ *   fragments; the probabilities' A fragment is the scores' accumulator as it stands (rows g
+ *   and g + 8 again: p's hi and lo);
+ * - softmax online per warp over its 16-key tiles (warp w: tiles w, w + NW, ..), the warps'
+ *   (m, l, o) combined in warp order, then flash_decode_block's partials, ticket and merge
+ *   (one ticket for the group, as the chunks' grouped kernel).
+ * Not flash_decode_kernel's bits (another order of the dot's terms, q and p in two halves):
+ * the knob selects this kernel for decoding and chunks alike, so a chunk's logits stay its
+ * one-token logits (a token's block is the same computation at any z). f16 cache, 2 <= G <= 8,
+ * hd 64 or 128. */
+#define AM_GMAX 8
+
+template <int HD> struct am_shape {
+    static constexpr int NW = HD <= 64 ? 8 : 4; /* warps a block: hd 128 holds twice the registers */
+    static constexpr int NJ = HD / 32;           /* 16-byte loads of a key row per lane */
+    static constexpr int ND = HD / 8;            /* 8-dim output tiles */
+};
+
+/* floats of dynamic shared memory: the warps' o [NW][G][hd] (later the merge's (m, l) pairs
+ * [G][n_split][2]), their m and l [NW][G] each, the warps' weights [NW][G], the block's (M, L)
+ * [G][2], the outputs [G][hd] */
+static size_t am_smem(const rl_att_args *a) {
+    const size_t G = (size_t)(a->n_head / a->n_head_kv), hd = (size_t)a->hd;
+    const size_t nw = hd <= 64 ? (size_t)am_shape<64>::NW : (size_t)am_shape<128>::NW;
+    const size_t wo = nw * G * hd > 2 * G * (size_t)a->n_split ? nw * G * hd : 2 * G * (size_t)a->n_split;
+    return (wo + 3 * nw * G + 2 * G + G * hd) * sizeof(float);
+}
+
+static bool am_fits(const rl_att_args *a) {
+    const int G = a->n_head / a->n_head_kv;
+    return !a->kd && G >= 2 && G <= AM_GMAX && a->n_head % a->n_head_kv == 0 && (a->hd == 64 || a->hd == 128) &&
+           am_smem(a) <= 96 * 1024;
+}
+
+static bool am_use(const rl_att_args *a) { return a->mma && am_fits(a); }
+
+__device__ __forceinline__ void am_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                       uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t am_trans(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
+/* two floats as f16 pairs: the rounded values (hi) and what rounding left (lo) */
+__device__ __forceinline__ void am_split(float x, float y, uint32_t &hi, uint32_t &lo) {
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 f = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x - f.x, y - f.y);
+    hi = *(const uint32_t *)&h;
+    lo = *(const uint32_t *)&l;
+}
+
+template <int HD, bool ST>
+__global__ void __launch_bounds__(32 * am_shape<HD>::NW, 2) flash_mma_kernel(const rl_att_args a) {
+    constexpr int NW = am_shape<HD>::NW, NT = 32 * NW, NJ = am_shape<HD>::NJ, ND = am_shape<HD>::ND;
+    extern __shared__ float sm[];
+    __shared__ int ticket;
+    rl_pdl_trigger();
+    rl_pdl_wait();
+    const int kvh = blockIdx.x, s = blockIdx.y, z = blockIdx.z, G = a.n_head / a.n_head_kv, h0 = kvh * G;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, tq = lane & 3;
+    const int n_pos = a.io->pos + z + 1, S = rl_att_split_len(a.split, a.max_split, n_pos), p0 = s * S;
+    if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
+    const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S;
+    const size_t kv_dim = (size_t)a.n_head_kv * HD;
+    float *wo = sm, *wm = wo + (NW * G * HD > 2 * G * a.n_split ? NW * G * HD : 2 * G * a.n_split);
+    float *wl = wm + NW * G, *wf = wl + NW * G, *ML = wf + NW * G, *os = ML + 2 * G;
+    const float *qz = a.q + (size_t)z * a.tok_stride;
+    float *oz = a.out + (size_t)z * a.n_head * HD;
+    float *pz = a.part + (size_t)z * a.n_head * a.n_split * (HD + 2);
+    int *cz = a.count + (size_t)z * a.n_head + h0;
+
+    /* q of head g (lanes g >= G: zero rows), dims 32 j + 8 tq .. + 7, scaled by 2^-e so that
+     * |q'| < 2^14 over the head (the four lanes of a head agree on e) */
+    float qv[NJ][8];
+    float mx = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            qv[j][i] = g < G ? __ldcg(qz + (size_t)(h0 + g) * HD + 32 * j + 8 * tq + i) : 0.0f;
+            mx = fmaxf(mx, fabsf(qv[j][i]));
+        }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    int e = 0;
+    if (mx > 0.0f) {
+        (void)frexpf(mx, &e); /* mx < 2^e */
+        e -= 14;
+    }
+    /* A fragments of k-steps 2 j + c: a0 / a2 hi of dims + 4c + (0, 1) / + 4c + (2, 3), a1 / a3 lo */
+    uint32_t qa[2 * NJ][4];
+#pragma unroll
+    for (int j = 0; j < NJ; j++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const float *v = qv[j] + 4 * c;
+            am_split(ldexpf(v[0], -e), ldexpf(v[1], -e), qa[2 * j + c][0], qa[2 * j + c][1]);
+            am_split(ldexpf(v[2], -e), ldexpf(v[3], -e), qa[2 * j + c][2], qa[2 * j + c][3]);
+        }
+    const float ssc = ldexpf(1.0f / sqrtf((float)HD), e);
+
+    float m = -INFINITY, l = 0.0f;
+    float o[ND][4]; /* [dims 32 j + 8 tq + 2 c + (0, 1) for tile 4 j + c][hi 0, 1; lo 2, 3] */
+#pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    const int nt16 = (np + 15) / 16;
+    for (int tile = warp; tile < nt16; tile += NW) {
+        /* lane (g, tq): keys k0 + g and k0 + 8 + g, 16 bytes of each row at dims 32 j + 8 tq */
+        uint4 kk[2][NJ], vv[2][NJ];
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            const int p = tile * 16 + 8 * hf + g;
+            const bool in = p < np;
+            const size_t cell = (size_t)(p0 + p) * kv_dim + (size_t)kvh * HD + 8 * tq;
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                kk[hf][j] = in ? *(const uint4 *)((const __half *)a.kc + cell + 32 * j) : make_uint4(0, 0, 0, 0);
+                vv[hf][j] = in ? *(const uint4 *)((const __half *)a.vc + cell + 32 * j) : make_uint4(0, 0, 0, 0);
+            }
+        }
+        /* scores: sc[hf][0..3] = rows g (hi) and g + 8 (lo) for keys 8 hf + 2 tq + (0, 1) */
+        float sc[2][4];
+#pragma unroll
+        for (int hf = 0; hf < 2; hf++) {
+            sc[hf][0] = sc[hf][1] = sc[hf][2] = sc[hf][3] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < NJ; j++) {
+                am_mma(sc[hf], qa[2 * j][0], qa[2 * j][1], qa[2 * j][2], qa[2 * j][3], kk[hf][j].x, kk[hf][j].y);
+                am_mma(sc[hf], qa[2 * j + 1][0], qa[2 * j + 1][1], qa[2 * j + 1][2], qa[2 * j + 1][3], kk[hf][j].z,
+                       kk[hf][j].w);
+            }
+        }
+        float x[4], tmax = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int hf = i >> 1, u = i & 1, p = tile * 16 + 8 * hf + 2 * tq + u;
+            x[i] = p < np ? (sc[hf][u] + sc[hf][2 + u]) * ssc : -INFINITY;
+            tmax = fmaxf(tmax, x[i]);
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        const float mn = fmaxf(m, tmax), corr = expf(m - mn); /* m = -inf first: corr 0 */
+        m = mn;
+        float pr[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) pr[i] = expf(x[i] - mn);
+        l = fmaf(l, corr, (pr[0] + pr[1]) + (pr[2] + pr[3]));
+        uint32_t ph0, pl0, ph1, pl1; /* keys 2 tq + (0, 1) and 8 + 2 tq + (0, 1) */
+        am_split(pr[0], pr[1], ph0, pl0);
+        am_split(pr[2], pr[3], ph1, pl1);
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            const uint32_t *v0 = &vv[0][j].x, *v1 = &vv[1][j].x;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                float *oc = o[4 * j + c];
+#pragma unroll
+                for (int r = 0; r < 4; r++) oc[r] *= corr;
+                am_mma(oc, ph0, pl0, ph1, pl1, am_trans(v0[c]), am_trans(v1[c]));
+            }
+        }
+    }
+    /* the warp's (m, l, o) for its heads; a head's four lanes hold its keys' l in parts */
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (g < G) {
+        if (tq == 0) {
+            wm[warp * G + g] = m;
+            wl[warp * G + g] = l;
+        }
+#pragma unroll
+        for (int j = 0; j < NJ; j++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                float *w = wo + ((size_t)warp * G + g) * HD + 32 * j + 8 * tq + 2 * c;
+                w[0] = o[4 * j + c][0] + o[4 * j + c][2];
+                w[1] = o[4 * j + c][1] + o[4 * j + c][3];
+            }
+    }
+    __syncthreads();
+    if (t < G) { /* the warps in order: warps without keys have m = -inf, l = 0 and weight 0 */
+        float M = -INFINITY, L = 0.0f;
+        for (int w = 0; w < NW; w++) M = fmaxf(M, wm[w * G + t]);
+        for (int w = 0; w < NW; w++) {
+            const float f = wm[w * G + t] == -INFINITY ? 0.0f : expf(wm[w * G + t] - M);
+            wf[w * G + t] = f;
+            L = fmaf(wl[w * G + t], f, L);
+        }
+        ML[2 * t] = M;
+        ML[2 * t + 1] = L;
+    }
+    __syncthreads();
+    for (int x = t; x < G * HD; x += NT) {
+        const int i = x / HD, d = x % HD;
+        float O = 0.0f;
+        for (int w = 0; w < NW; w++) O = fmaf(wo[((size_t)w * G + i) * HD + d], wf[w * G + i], O);
+        if (ns == 1) {
+            oz[(size_t)(h0 + i) * HD + d] = O / ML[2 * i + 1];
+            if constexpr (ST) os[x] = O / ML[2 * i + 1];
+        } else {
+            pz[((size_t)(h0 + i) * a.n_split + s) * (HD + 2) + 2 + d] = O;
+        }
+    }
+    if (ns == 1) {
+        if constexpr (ST) {
+            __syncthreads();
+            for (int i = warp; i < G; i += NW) att_stage_out(a, h0 + i, z, os + i * HD, lane);
+        }
+        return;
+    }
+    if (t < G) {
+        float *out = pz + ((size_t)(h0 + t) * a.n_split + s) * (HD + 2);
+        out[0] = ML[2 * t];
+        out[1] = ML[2 * t + 1];
+    }
+    /* the group's last block to finish merges every head's splits in split order (a ticket,
+     * not a sum), flash_decode_block's arithmetic per head */
+    __threadfence();
+    __syncthreads();
+    if (t == 0) ticket = atomicAdd(cz, 1);
+    __syncthreads();
+    if (ticket != ns - 1) return;
+    __threadfence();
+    constexpr int MC = 16;
+    float *ml = wo; /* [G][ns][2]: the warps' o are used up */
+    for (int x = t; x < G * ns * 2; x += NT) {
+        const int i = x / (2 * ns), j = (x >> 1) % ns;
+        ml[x] = __ldcg(pz + ((size_t)(h0 + i) * a.n_split + j) * (HD + 2) + (x & 1));
+    }
+    __syncthreads();
+    for (int x = t; x < G * HD; x += NT) {
+        const int i = x / HD, d = x % HD;
+        const float *mi = ml + i * 2 * ns, *ph = pz + (size_t)(h0 + i) * a.n_split * (HD + 2);
+        float M = -INFINITY, L = 0.0f, O = 0.0f;
+        for (int j = 0; j < ns; j++) M = fmaxf(M, mi[2 * j]);
+        merge_splits<MC>(mi, ph, 0, HD, d, ns, M, L, O);
+        oz[(size_t)(h0 + i) * HD + d] = O / L;
+        if constexpr (ST) os[x] = O / L;
+    }
+    if (t == 0) *cz = 0;
+    if constexpr (ST) {
+        __syncthreads();
+        for (int i = warp; i < G; i += NW) att_stage_out(a, h0 + i, z, os + i * HD, lane);
+    }
+}
+
+static att_fn am_kernel(const rl_att_args *a) {
+    if (a->frag) return a->hd <= 64 ? flash_mma_kernel<64, true> : flash_mma_kernel<128, true>;
+    return a->hd <= 64 ? flash_mma_kernel<64, false> : flash_mma_kernel<128, false>;
+}
+
 int rl_attention_prepare(const rl_att_args *a) {
     const size_t smem = rl_attention_smem(a);
     if (smem > 48 * 1024) {
@@ -435,6 +708,12 @@ int rl_attention_prepare(const rl_att_args *a) {
             if (err != cudaSuccess) return (int)err;
         }
     }
+    if (am_fits(a) && am_smem(a) > 48 * 1024) /* the tensor-core kernel, where the knob would run it */
+        for (att_fn f : {flash_mma_kernel<64, false>, flash_mma_kernel<128, false>, flash_mma_kernel<64, true>,
+                         flash_mma_kernel<128, true>}) {
+            cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)am_smem(a));
+            if (err != cudaSuccess) return (int)err;
+        }
     if (!gqa_fits(a) || gqa_smem(a) <= 48 * 1024) return 0; /* the grouped chunk kernel, where it would run */
     for (att_fn f : {flash_chunk_gqa_kernel<1, false>, flash_chunk_gqa_kernel<2, false>, flash_chunk_gqa_kernel<1, true>,
                      flash_chunk_gqa_kernel<2, true>}) {
@@ -449,6 +728,9 @@ int rl_attention_prepare(const rl_att_args *a) {
 int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
     int ny = a->n_split < a->max_split ? a->n_split : a->max_split;
     if (a->split_cap > 0 && a->split_cap < ny) ny = a->split_cap;
+    if (am_use(a)) /* before the grouped chunk kernel: a chunk must be its tokens' one-token bits */
+        return rl_launch(am_kernel(a), dim3(a->n_head_kv, ny, a->n_tok > 1 ? a->n_tok : 1),
+                         dim3(32 * (a->hd <= 64 ? am_shape<64>::NW : am_shape<128>::NW)), am_smem(a), st, pdl, *a);
     if (rl_att_gqa(a))
         return rl_launch(gqa_kernel(a), dim3(a->n_head_kv, ny, a->n_tok), dim3(GQ_THREADS), gqa_smem(a), st, pdl, *a);
     dim3 grid(a->n_head, ny, a->n_tok > 1 ? a->n_tok : 1);

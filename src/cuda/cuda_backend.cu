@@ -190,6 +190,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         /* a chunk's attention per KV group (attention.cu) above 16 splits x heads a group (H100,
          * docs/PERF.md v2.35: TinyLlama from 3 splits, Llama-3-8B from 5) */
         knob("RL_CUDA_ATT_GQA", 16, 0, 1 << 20, &k->att_gqa, e) ||
+        knob("RL_CUDA_ATT_MMA", 0, 0, 1, &k->att_mma, e) || /* a group's heads on tensor cores (attention.cu) */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
@@ -386,6 +387,7 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, int splits, rl_pk_lay
     t->split_cap = splits;
     t->gqa = splits > 0 && c->knobs.att_gqa > 0 &&
              (size_t)splits * (cfg->n_head / cfg->n_head_kv) > (size_t)c->knobs.att_gqa;
+    t->mma = c->knobs.att_mma != 0;
     t->tok_stride = (int)c->qkv_dim;
     /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
      * differ), RoPE and the f16 K/V write in its epilogue where they fold */

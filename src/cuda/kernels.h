@@ -170,6 +170,9 @@ struct rl_cuda_knobs {
                             head) where the heads are grouped and a token's attention splits
                             times the group's heads exceed this (RL_CUDA_ATT_GQA, default 16;
                             0 never); the same bits */
+    int att_mma;         /* a grouped model's flash decode on tensor cores (RL_CUDA_ATT_MMA: 0
+                            default; 1 decoding and exact chunks, f16 cache, 2-8 heads a group,
+                            hd 64 or 128); not the default kernel's bits, chunks = one token */
     int att_stage;       /* in such a chunk the flash decode writes Wo's int8 input itself, one
                             launch a layer fewer (RL_CUDA_ATT_STAGE: 1 default, 0 Wo's own
                             staging launch); the same bits */
@@ -284,6 +287,9 @@ struct rl_att_args {
     /* an exact chunk of grouped heads in a block per KV group, split and token where it
      * applies (rl_att_gqa; the host sets it by the chunk's splits, knob RL_CUDA_ATT_GQA) */
     bool gqa;
+    /* a grouped model's flash decode on tensor cores, decoding and exact chunks alike, where the
+     * shape allows (RL_CUDA_ATT_MMA; attention.cu flash_mma_kernel) */
+    bool mma;
     /* an exact chunk's most active splits per token (its graph's band; 0: n_split): the
      * grid's splits, so that a chunk at short positions launches no blocks that return at once */
     int split_cap;
