@@ -41,6 +41,10 @@
 #                                      first key and value rows copied before its PDL wait, against
 #                                      main: SKIPPERF=1 bits and sanitizer, SKIPBITS=1 tg128 at d0 /
 #                                      d4096 and S=16 (two calls; CHUNKS)
+#   bash bench/exp/run.sh amma         RL_CUDA_ATT_MMA (session 40): the group's flash decode on tensor cores
+#                                      under each AMMA_V value: chunks = one token and near the default
+#                                      (fast and --exact), tg128 d0 / d4096 and S=16 against the default
+#                                      (SKIPBITS / SKIPPERF, CHUNKS, ROUNDS)
 #   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; 1 by default since 33): down's chunk
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
 #                                      the knob at both values, S=16 alternated, two rounds; S8="1 2"
@@ -103,8 +107,8 @@ same() { local l=$1 a=$2; shift 2
 # kbits KNOB "VALUES" "BATCHES" N: logits of ids 1..N by exact chunks of each of BATCHES (-b)
 # with the environment knob at each of VALUES, all the same bytes ($f: the file)
 # xlg BINARY OUT BATCH IDS: logits of IDS by exact chunks of BATCH into OUT, removed if the run
-# fails ($f: the file; the caller's environment holds the knobs)
-xlg() { $1 logits --device cuda -m /tmp/m/$f.gguf --prefill exact -b $3 --ids "$4" -o $2 > /dev/null 2>&1 || rm -f $2; }
+# fails ($f: the file; the caller's environment holds the knobs; XLG_FLAGS: more, e.g. --exact)
+xlg() { $1 logits --device cuda -m /tmp/m/$f.gguf --prefill exact ${XLG_FLAGS:-} -b $3 --ids "$4" -o $2 > /dev/null 2>&1 || rm -f $2; }
 kbits() { local k=$1 L= v b ids; ids=$(seq 1 $4 | tr '\n' ' ')
   for v in $2; do for b in $3; do
     (export "$k=$v"; xlg $M /tmp/lg-$v-$b.bin $b "$ids")
@@ -298,6 +302,48 @@ apre)
       set -- $(RL_CUDA_ATT_PRE=$v pp $b "-c 4096" $f 512); line="$line | $([ $b = $M ] && echo main || echo PRE=$v) $1 ± $2"; done
     echo "$line"
   done; done ;;
+amma)
+  # RL_CUDA_ATT_MMA (session 40): a KV group's flash decode on tensor cores, decoding and chunks
+  # (attention.cu flash_mma_kernel; bits: 1 on, 2 the next tile's loads ahead, 4 twice the
+  # warps). Not the default kernel's bits: under each value its chunks must be its one-token
+  # bytes, and its logits near the default's (--exact: fp32 activations, no int8 rounding flips
+  # to cascade). SKIPBITS / SKIPPERF as apre; CHUNKS="tl 8b", AMMA_V="1 3 5 7", AMMA_N="300 4200"
+  F=${CHUNKS:-tl 8b}; models $F; AV=${AMMA_V-1 3 5 7}
+  # near REF OTHER N: max over positions of max|a - b| / max|b| and the argmax agreement
+  near() { python3 -c "
+import numpy as np
+a=np.fromfile('$2',dtype=np.float32).reshape($3,-1); b=np.fromfile('$1',dtype=np.float32).reshape($3,-1)
+print('max rel %.2e, argmax %d/%d'%((np.abs(a-b).max(1)/np.abs(b).max(1)).max(),(a.argmax(1)==b.argmax(1)).sum(),$3))" 2>&1 | tail -1; }
+  if [ -z "${SKIPBITS:-}" ]; then
+    for f in $F; do
+      for n in ${AMMA_N-300 4200}; do ids=$(seq 1 $n | tr '\n' ' ')
+        xlg $M /tmp/am-0.bin 1 "$ids"
+        for v in $AV; do
+          L=; for b in 1 16; do RL_CUDA_ATT_MMA=$v xlg $M /tmp/am-$v-$b.bin $b "$ids"; L="$L /tmp/am-$v-$b.bin"; done
+          same "$n ids, RL_CUDA_ATT_MMA=$v: -b 1 = -b 16" $L
+          echo "$f $n ids: MMA=$v against the default kernel (fast): $(near /tmp/am-0.bin /tmp/am-$v-1.bin $n)"; done
+        rm -f /tmp/am-*.bin; done
+      # fp32 activations: the distance the kernel's own arithmetic makes (no int8 flips)
+      ids=$(seq 1 300 | tr '\n' ' '); ex=--exact
+      XLG_FLAGS=--exact xlg $M /tmp/am-0.bin 1 "$ids"
+      for v in ${AV%% *} ${AV##* }; do
+        L=; for b in 1 16; do XLG_FLAGS=--exact RL_CUDA_ATT_MMA=$v xlg $M /tmp/am-$v-$b.bin $b "$ids"; L="$L /tmp/am-$v-$b.bin"; done
+        same "300 ids, RL_CUDA_ATT_MMA=$v: -b 1 = -b 16" $L
+        echo "$f 300 ids: MMA=$v against the default kernel (--exact): $(near /tmp/am-0.bin /tmp/am-$v-1.bin 300)"; done
+      ex=; rm -f /tmp/am-*.bin
+    done
+  fi
+  [ -z "${SKIPPERF:-}" ] || { echo "total $(( $(date +%s) - t0 )) s"; exit 0; }
+  # rel A B: B against A in percent
+  rel() { python3 -c "print('%+.1f%%'%(100*($2/$1-1)) if $1 else 'n/a')"; }
+  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do
+    for d in 0 4096; do set -- $(tgd $M "-d $d" $f); line="$f r$r tg128 d$d | main $1 ± $2"; b0=$1
+      for v in $AV; do set -- $(RL_CUDA_ATT_MMA=$v tgd $M "-d $d" $f); line="$line | $v: $1 ± $2 ($(rel $b0 $1))"; done
+      echo "$line"; done
+    set -- $(pp $M "-c 4096" $f 512); line="$f r$r S=16/512 -c 4096 | main $1 ± $2"; b0=$1
+    for v in $AV; do set -- $(RL_CUDA_ATT_MMA=$v pp $M "-c 4096" $f 512); line="$line | $v: $1 ± $2 ($(rel $b0 $1))"; done
+    echo "$line"
+  done; done ;;
 stage8)
   # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there. S8: the two
   # knob values compared ("0 1" by default; "1 2": the normed inputs' staging too, session 33,
@@ -361,6 +407,6 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, table, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, amma, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

@@ -443,37 +443,40 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  *   fragments; the probabilities' A fragment is the scores' accumulator as it stands (rows g
  *   and g + 8 again: p's hi and lo);
  * - softmax online per warp over its 16-key tiles (warp w: tiles w, w + NW, ..), the warps'
- *   (m, l, o) combined in warp order, then flash_decode_block's partials, ticket and merge
- *   (one ticket for the group, as the chunks' grouped kernel).
+ *   (m, l, o) combined in warp order, then partials, one ticket for the group (as the chunks'
+ *   grouped kernel) and the merge in split order.
  * Not flash_decode_kernel's bits (another order of the dot's terms, q and p in two halves):
  * the knob selects this kernel for decoding and chunks alike, so a chunk's logits stay its
- * one-token logits (a token's block is the same computation at any z). f16 cache, 2 <= G <= 8,
- * hd 64 or 128. */
+ * one-token logits (a token's block is the same computation at any z). The knob's bits: 1 on,
+ * 2 each warp's next tile loaded before the products of its current one (PF), 4 twice the
+ * warps a block (NW: 8 at hd 64 and 4 at hd 128, or 16 and 8), which changes which warp sums
+ * which keys: every value is its own arithmetic, chunks = one token under each. f16 cache,
+ * 2 <= G <= 8, hd 64 or 128. */
 #define AM_GMAX 8
 
-template <int HD> struct am_shape {
-    static constexpr int NW = HD <= 64 ? 8 : 4; /* warps a block: hd 128 holds twice the registers */
-    static constexpr int NJ = HD / 32;           /* 16-byte loads of a key row per lane */
-    static constexpr int ND = HD / 8;            /* 8-dim output tiles */
-};
+static int am_nw(int hd, int mma) { return (hd <= 64 ? 8 : 4) * (mma & 4 ? 2 : 1); }
 
-/* floats of dynamic shared memory: the warps' o [NW][G][hd] (later the merge's (m, l) pairs
- * [G][n_split][2]), their m and l [NW][G] each, the warps' weights [NW][G], the block's (M, L)
- * [G][2], the outputs [G][hd] */
-static size_t am_smem(const rl_att_args *a) {
+/* floats of dynamic shared memory for nw warps: the warps' o [nw][G][hd] (later the merge's
+ * (m, l) pairs [G][n_split][2]), their m, l and weights [nw][G] each, the block's (M, L) [G][2],
+ * the outputs [G][hd] */
+static size_t am_smem_nw(const rl_att_args *a, size_t nw) {
     const size_t G = (size_t)(a->n_head / a->n_head_kv), hd = (size_t)a->hd;
-    const size_t nw = hd <= 64 ? (size_t)am_shape<64>::NW : (size_t)am_shape<128>::NW;
     const size_t wo = nw * G * hd > 2 * G * (size_t)a->n_split ? nw * G * hd : 2 * G * (size_t)a->n_split;
     return (wo + 3 * nw * G + 2 * G + G * hd) * sizeof(float);
 }
 
+static size_t am_smem(const rl_att_args *a) { return am_smem_nw(a, (size_t)am_nw(a->hd, a->mma)); }
+
+/* the shapes the kernel serves, with room for its widest block (whatever the knob's value) */
 static bool am_fits(const rl_att_args *a) {
     const int G = a->n_head / a->n_head_kv;
     return !a->kd && G >= 2 && G <= AM_GMAX && a->n_head % a->n_head_kv == 0 && (a->hd == 64 || a->hd == 128) &&
-           am_smem(a) <= 96 * 1024;
+           am_smem_nw(a, (size_t)am_nw(a->hd, 4)) <= 96 * 1024;
 }
 
-static bool am_use(const rl_att_args *a) { return a->mma && am_fits(a); }
+static bool am_use(const rl_att_args *a) { return (a->mma & 1) && am_fits(a); }
+
+bool rl_att_mma(const rl_att_args *a) { return am_use(a); }
 
 __device__ __forceinline__ void am_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                        uint32_t b1) {
@@ -498,9 +501,81 @@ __device__ __forceinline__ void am_split(float x, float y, uint32_t &hi, uint32_
     lo = *(const uint32_t *)&l;
 }
 
-template <int HD, bool ST>
-__global__ void __launch_bounds__(32 * am_shape<HD>::NW, 2) flash_mma_kernel(const rl_att_args a) {
-    constexpr int NW = am_shape<HD>::NW, NT = 32 * NW, NJ = am_shape<HD>::NJ, ND = am_shape<HD>::ND;
+/* One warp's 16-key tiles: the key and value rows it loads (lane (g, tq): keys k0 + g and
+ * k0 + 8 + g, 16 bytes of each row at dims 32 j + 8 tq), and its online softmax state. */
+template <int HD> struct am_tile {
+    static constexpr int NJ = HD / 32, ND = HD / 8;
+    uint4 k[2][NJ], v[2][NJ];
+};
+
+template <int HD>
+__device__ __forceinline__ void am_load(am_tile<HD> &b, const rl_att_args &a, int tile, int p0, int np, size_t kv_dim,
+                                        int kvh, int g, int tq) {
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        const int p = tile * 16 + 8 * hf + g;
+        const bool in = p < np; /* past the split: zeros, never the cache's stale rows (0 * NaN) */
+        const size_t cell = (size_t)(p0 + p) * kv_dim + (size_t)kvh * HD + 8 * tq;
+#pragma unroll
+        for (int j = 0; j < am_tile<HD>::NJ; j++) {
+            b.k[hf][j] = in ? *(const uint4 *)((const __half *)a.kc + cell + 32 * j) : make_uint4(0, 0, 0, 0);
+            b.v[hf][j] = in ? *(const uint4 *)((const __half *)a.vc + cell + 32 * j) : make_uint4(0, 0, 0, 0);
+        }
+    }
+}
+
+/* A tile's scores, their online softmax into (m, l) and its probabilities times its values
+ * into o ([dims 32 j + 8 tq + 2 c + (0, 1) of output tile 4 j + c][hi 0, 1; lo 2, 3]). */
+template <int HD>
+__device__ __forceinline__ void am_step(const am_tile<HD> &b, const uint32_t (*qa)[4], float ssc, int tile, int np,
+                                        int tq, float &m, float &l, float (*o)[4]) {
+    constexpr int NJ = am_tile<HD>::NJ;
+    float sc[2][4]; /* rows g (hi) and g + 8 (lo) for keys 8 hf + 2 tq + (0, 1) */
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++) {
+        sc[hf][0] = sc[hf][1] = sc[hf][2] = sc[hf][3] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+            am_mma(sc[hf], qa[2 * j][0], qa[2 * j][1], qa[2 * j][2], qa[2 * j][3], b.k[hf][j].x, b.k[hf][j].y);
+            am_mma(sc[hf], qa[2 * j + 1][0], qa[2 * j + 1][1], qa[2 * j + 1][2], qa[2 * j + 1][3], b.k[hf][j].z,
+                   b.k[hf][j].w);
+        }
+    }
+    float x[4], tmax = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int hf = i >> 1, u = i & 1, p = tile * 16 + 8 * hf + 2 * tq + u;
+        x[i] = p < np ? (sc[hf][u] + sc[hf][2 + u]) * ssc : -INFINITY;
+        tmax = fmaxf(tmax, x[i]);
+    }
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+    tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+    const float mn = fmaxf(m, tmax), corr = expf(m - mn); /* m = -inf first: corr 0 */
+    m = mn;
+    float pr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) pr[i] = expf(x[i] - mn);
+    l = fmaf(l, corr, (pr[0] + pr[1]) + (pr[2] + pr[3]));
+    uint32_t ph0, pl0, ph1, pl1; /* keys 2 tq + (0, 1) and 8 + 2 tq + (0, 1) */
+    am_split(pr[0], pr[1], ph0, pl0);
+    am_split(pr[2], pr[3], ph1, pl1);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+        const uint32_t *v0 = &b.v[0][j].x, *v1 = &b.v[1][j].x;
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float *oc = o[4 * j + c];
+#pragma unroll
+            for (int r = 0; r < 4; r++) oc[r] *= corr;
+            am_mma(oc, ph0, pl0, ph1, pl1, am_trans(v0[c]), am_trans(v1[c]));
+        }
+    }
+}
+
+template <int HD, int NW, bool PF, bool ST>
+/* two blocks an SM where the registers allow (256 threads at hd 64, 128 at hd 128), else one */
+__global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_kernel(const rl_att_args a) {
+    constexpr int NT = 32 * NW, NJ = am_tile<HD>::NJ, ND = am_tile<HD>::ND;
     extern __shared__ float sm[];
     __shared__ int ticket;
     rl_pdl_trigger();
@@ -509,7 +584,7 @@ __global__ void __launch_bounds__(32 * am_shape<HD>::NW, 2) flash_mma_kernel(con
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, tq = lane & 3;
     const int n_pos = a.io->pos + z + 1, S = rl_att_split_len(a.split, a.max_split, n_pos), p0 = s * S;
     if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
-    const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S;
+    const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S, nt16 = (np + 15) / 16;
     const size_t kv_dim = (size_t)a.n_head_kv * HD;
     float *wo = sm, *wm = wo + (NW * G * HD > 2 * G * a.n_split ? NW * G * HD : 2 * G * a.n_split);
     float *wl = wm + NW * G, *wf = wl + NW * G, *ML = wf + NW * G, *os = ML + 2 * G;
@@ -518,6 +593,9 @@ __global__ void __launch_bounds__(32 * am_shape<HD>::NW, 2) flash_mma_kernel(con
     float *pz = a.part + (size_t)z * a.n_head * a.n_split * (HD + 2);
     int *cz = a.count + (size_t)z * a.n_head + h0;
 
+    /* the first tile's rows are asked for before q, so the two trips overlap */
+    am_tile<HD> bufA, bufB;
+    if (warp < nt16) am_load<HD>(bufA, a, warp, p0, np, kv_dim, kvh, g, tq);
     /* q of head g (lanes g >= G: zero rows), dims 32 j + 8 tq .. + 7, scaled by 2^-e so that
      * |q'| < 2^14 over the head (the four lanes of a head agree on e) */
     float qv[NJ][8];
@@ -549,64 +627,21 @@ __global__ void __launch_bounds__(32 * am_shape<HD>::NW, 2) flash_mma_kernel(con
     const float ssc = ldexpf(1.0f / sqrtf((float)HD), e);
 
     float m = -INFINITY, l = 0.0f;
-    float o[ND][4]; /* [dims 32 j + 8 tq + 2 c + (0, 1) for tile 4 j + c][hi 0, 1; lo 2, 3] */
+    float o[ND][4];
 #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    const int nt16 = (np + 15) / 16;
-    for (int tile = warp; tile < nt16; tile += NW) {
-        /* lane (g, tq): keys k0 + g and k0 + 8 + g, 16 bytes of each row at dims 32 j + 8 tq */
-        uint4 kk[2][NJ], vv[2][NJ];
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int p = tile * 16 + 8 * hf + g;
-            const bool in = p < np;
-            const size_t cell = (size_t)(p0 + p) * kv_dim + (size_t)kvh * HD + 8 * tq;
-#pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                kk[hf][j] = in ? *(const uint4 *)((const __half *)a.kc + cell + 32 * j) : make_uint4(0, 0, 0, 0);
-                vv[hf][j] = in ? *(const uint4 *)((const __half *)a.vc + cell + 32 * j) : make_uint4(0, 0, 0, 0);
-            }
+    if constexpr (PF) { /* two buffers in turn: the next tile's loads before this tile's products */
+        for (int tile = warp; tile < nt16; tile += 2 * NW) {
+            if (tile + NW < nt16) am_load<HD>(bufB, a, tile + NW, p0, np, kv_dim, kvh, g, tq);
+            am_step<HD>(bufA, qa, ssc, tile, np, tq, m, l, o);
+            if (tile + NW >= nt16) break;
+            if (tile + 2 * NW < nt16) am_load<HD>(bufA, a, tile + 2 * NW, p0, np, kv_dim, kvh, g, tq);
+            am_step<HD>(bufB, qa, ssc, tile + NW, np, tq, m, l, o);
         }
-        /* scores: sc[hf][0..3] = rows g (hi) and g + 8 (lo) for keys 8 hf + 2 tq + (0, 1) */
-        float sc[2][4];
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            sc[hf][0] = sc[hf][1] = sc[hf][2] = sc[hf][3] = 0.0f;
-#pragma unroll
-            for (int j = 0; j < NJ; j++) {
-                am_mma(sc[hf], qa[2 * j][0], qa[2 * j][1], qa[2 * j][2], qa[2 * j][3], kk[hf][j].x, kk[hf][j].y);
-                am_mma(sc[hf], qa[2 * j + 1][0], qa[2 * j + 1][1], qa[2 * j + 1][2], qa[2 * j + 1][3], kk[hf][j].z,
-                       kk[hf][j].w);
-            }
-        }
-        float x[4], tmax = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const int hf = i >> 1, u = i & 1, p = tile * 16 + 8 * hf + 2 * tq + u;
-            x[i] = p < np ? (sc[hf][u] + sc[hf][2 + u]) * ssc : -INFINITY;
-            tmax = fmaxf(tmax, x[i]);
-        }
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-        const float mn = fmaxf(m, tmax), corr = expf(m - mn); /* m = -inf first: corr 0 */
-        m = mn;
-        float pr[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) pr[i] = expf(x[i] - mn);
-        l = fmaf(l, corr, (pr[0] + pr[1]) + (pr[2] + pr[3]));
-        uint32_t ph0, pl0, ph1, pl1; /* keys 2 tq + (0, 1) and 8 + 2 tq + (0, 1) */
-        am_split(pr[0], pr[1], ph0, pl0);
-        am_split(pr[2], pr[3], ph1, pl1);
-#pragma unroll
-        for (int j = 0; j < NJ; j++) {
-            const uint32_t *v0 = &vv[0][j].x, *v1 = &vv[1][j].x;
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                float *oc = o[4 * j + c];
-#pragma unroll
-                for (int r = 0; r < 4; r++) oc[r] *= corr;
-                am_mma(oc, ph0, pl0, ph1, pl1, am_trans(v0[c]), am_trans(v1[c]));
-            }
+    } else {
+        for (int tile = warp; tile < nt16; tile += NW) {
+            if (tile != warp) am_load<HD>(bufA, a, tile, p0, np, kv_dim, kvh, g, tq);
+            am_step<HD>(bufA, qa, ssc, tile, np, tq, m, l, o);
         }
     }
     /* the warp's (m, l, o) for its heads; a head's four lanes hold its keys' l in parts */
@@ -670,21 +705,55 @@ __global__ void __launch_bounds__(32 * am_shape<HD>::NW, 2) flash_mma_kernel(con
     __syncthreads();
     if (ticket != ns - 1) return;
     __threadfence();
-    constexpr int MC = 16;
     float *ml = wo; /* [G][ns][2]: the warps' o are used up */
     for (int x = t; x < G * ns * 2; x += NT) {
         const int i = x / (2 * ns), j = (x >> 1) % ns;
         ml[x] = __ldcg(pz + ((size_t)(h0 + i) * a.n_split + j) * (HD + 2) + (x & 1));
     }
     __syncthreads();
-    for (int x = t; x < G * HD; x += NT) {
-        const int i = x / HD, d = x % HD;
-        const float *mi = ml + i * 2 * ns, *ph = pz + (size_t)(h0 + i) * a.n_split * (HD + 2);
-        float M = -INFINITY, L = 0.0f, O = 0.0f;
-        for (int j = 0; j < ns; j++) M = fmaxf(M, mi[2 * j]);
-        merge_splits<MC>(mi, ph, 0, HD, d, ns, M, L, O);
-        oz[(size_t)(h0 + i) * HD + d] = O / L;
-        if constexpr (ST) os[x] = O / L;
+    /* a thread's outputs x = t + k NT (k < DI) take their splits' loads in one batch of MC
+     * splits each, so a block with fewer threads than outputs makes no more trips */
+    constexpr int DI = (AM_GMAX * HD + NT - 1) / NT, MC = 32 / DI > 16 ? 16 : 32 / DI;
+    float M[DI], L[DI], O[DI];
+#pragma unroll
+    for (int k = 0; k < DI; k++) {
+        M[k] = -INFINITY;
+        L[k] = O[k] = 0.0f;
+        const int x = t + k * NT;
+        if (x < G * HD)
+            for (int j = 0; j < ns; j++) M[k] = fmaxf(M[k], ml[(x / HD) * 2 * ns + 2 * j]);
+    }
+    for (int j0 = 0; j0 < ns; j0 += MC) {
+        float oq[DI][MC];
+#pragma unroll
+        for (int k = 0; k < DI; k++) {
+            const int x = t + k * NT, i = x / HD, d = x % HD;
+#pragma unroll
+            for (int j = 0; j < MC; j++)
+                oq[k][j] = x < G * HD && j0 + j < ns
+                               ? __ldcg(pz + ((size_t)(h0 + i) * a.n_split + j0 + j) * (HD + 2) + 2 + d)
+                               : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < DI; k++) {
+            const int x = t + k * NT;
+            if (x >= G * HD) break;
+            const float *mi = ml + (x / HD) * 2 * ns;
+#pragma unroll
+            for (int j = 0; j < MC; j++) {
+                if (j0 + j >= ns) break;
+                const float w = expf(mi[2 * (j0 + j)] - M[k]);
+                L[k] = fmaf(mi[2 * (j0 + j) + 1], w, L[k]);
+                O[k] = fmaf(oq[k][j], w, O[k]);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < DI; k++) {
+        const int x = t + k * NT;
+        if (x >= G * HD) break;
+        oz[(size_t)(h0 + x / HD) * HD + x % HD] = O[k] / L[k];
+        if constexpr (ST) os[x] = O[k] / L[k];
     }
     if (t == 0) *cz = 0;
     if constexpr (ST) {
@@ -693,9 +762,19 @@ __global__ void __launch_bounds__(32 * am_shape<HD>::NW, 2) flash_mma_kernel(con
     }
 }
 
+template <int HD, bool ST> static att_fn am_pick(int mma) {
+    constexpr int N0 = HD <= 64 ? 8 : 4;
+    switch (mma & 6) {
+    case 0: return flash_mma_kernel<HD, N0, false, ST>;
+    case 2: return flash_mma_kernel<HD, N0, true, ST>;
+    case 4: return flash_mma_kernel<HD, 2 * N0, false, ST>;
+    default: return flash_mma_kernel<HD, 2 * N0, true, ST>;
+    }
+}
+
 static att_fn am_kernel(const rl_att_args *a) {
-    if (a->frag) return a->hd <= 64 ? flash_mma_kernel<64, true> : flash_mma_kernel<128, true>;
-    return a->hd <= 64 ? flash_mma_kernel<64, false> : flash_mma_kernel<128, false>;
+    if (a->frag) return a->hd <= 64 ? am_pick<64, true>(a->mma) : am_pick<128, true>(a->mma);
+    return a->hd <= 64 ? am_pick<64, false>(a->mma) : am_pick<128, false>(a->mma);
 }
 
 int rl_attention_prepare(const rl_att_args *a) {
@@ -708,12 +787,15 @@ int rl_attention_prepare(const rl_att_args *a) {
             if (err != cudaSuccess) return (int)err;
         }
     }
-    if (am_fits(a) && am_smem(a) > 48 * 1024) /* the tensor-core kernel, where the knob would run it */
-        for (att_fn f : {flash_mma_kernel<64, false>, flash_mma_kernel<128, false>, flash_mma_kernel<64, true>,
-                         flash_mma_kernel<128, true>}) {
-            cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)am_smem(a));
-            if (err != cudaSuccess) return (int)err;
-        }
+    /* the tensor-core kernel, where the knob would run it: every variant, sized for the widest */
+    const size_t am_max = am_smem_nw(a, (size_t)am_nw(a->hd, 4));
+    if (am_fits(a) && am_max > 48 * 1024)
+        for (int v = 0; v < 8; v += 2)
+            for (att_fn f :
+                 {am_pick<64, false>(v), am_pick<128, false>(v), am_pick<64, true>(v), am_pick<128, true>(v)}) {
+                cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)am_max);
+                if (err != cudaSuccess) return (int)err;
+            }
     if (!gqa_fits(a) || gqa_smem(a) <= 48 * 1024) return 0; /* the grouped chunk kernel, where it would run */
     for (att_fn f : {flash_chunk_gqa_kernel<1, false>, flash_chunk_gqa_kernel<2, false>, flash_chunk_gqa_kernel<1, true>,
                      flash_chunk_gqa_kernel<2, true>}) {
@@ -730,7 +812,7 @@ int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
     if (a->split_cap > 0 && a->split_cap < ny) ny = a->split_cap;
     if (am_use(a)) /* before the grouped chunk kernel: a chunk must be its tokens' one-token bits */
         return rl_launch(am_kernel(a), dim3(a->n_head_kv, ny, a->n_tok > 1 ? a->n_tok : 1),
-                         dim3(32 * (a->hd <= 64 ? am_shape<64>::NW : am_shape<128>::NW)), am_smem(a), st, pdl, *a);
+                         dim3(32 * am_nw(a->hd, a->mma)), am_smem(a), st, pdl, *a);
     if (rl_att_gqa(a))
         return rl_launch(gqa_kernel(a), dim3(a->n_head_kv, ny, a->n_tok), dim3(GQ_THREADS), gqa_smem(a), st, pdl, *a);
     dim3 grid(a->n_head, ny, a->n_tok > 1 ? a->n_tok : 1);

@@ -190,7 +190,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         /* a chunk's attention per KV group (attention.cu) above 16 splits x heads a group (H100,
          * docs/PERF.md v2.35: TinyLlama from 3 splits, Llama-3-8B from 5) */
         knob("RL_CUDA_ATT_GQA", 16, 0, 1 << 20, &k->att_gqa, e) ||
-        knob("RL_CUDA_ATT_MMA", 0, 0, 1, &k->att_mma, e) || /* a group's heads on tensor cores (attention.cu) */
+        knob("RL_CUDA_ATT_MMA", 0, 0, 7, &k->att_mma, e) || /* a group's heads on tensor cores (attention.cu) */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
@@ -387,7 +387,7 @@ static void layer_args(const rl_cuda *c, size_t l, int ns, int splits, rl_pk_lay
     t->split_cap = splits;
     t->gqa = splits > 0 && c->knobs.att_gqa > 0 &&
              (size_t)splits * (cfg->n_head / cfg->n_head_kv) > (size_t)c->knobs.att_gqa;
-    t->mma = c->knobs.att_mma != 0;
+    t->mma = c->knobs.att_mma;
     t->tok_stride = (int)c->qkv_dim;
     /* q, k, v = W{q,k,v} · rmsnorm(x) (+ bias): one launch (one per matrix if their types
      * differ), RoPE and the f16 K/V write in its epilogue where they fold */
@@ -484,6 +484,11 @@ static int persist_setup(rl_cuda *c, rl_err *e) {
     c->pk_on = false;
     if (!c->knobs.persist) {
         snprintf(c->pk_why, sizeof c->pk_why, "off (RL_CUDA_PERSIST=0)");
+        return 0;
+    }
+    if (c->knobs.att_mma) { /* its attention is flash_decode_block's: chunks would not be its bits */
+        snprintf(c->pk_why, sizeof c->pk_why,
+                 "RL_CUDA_ATT_MMA is set (the persistent kernel has no tensor-core attention)");
         return 0;
     }
     rl_pk_layer *h = (rl_pk_layer *)calloc(n, sizeof *h);
@@ -1341,7 +1346,7 @@ static int att_test_setup(rl_att_args *a, const float *q, const uint16_t *kc, co
 
 extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv,
                                       int hd, int nt, int pos, int split, int max_split, uint32_t type, bool gqa,
-                                      bool *used, bool *same, rl_err *e) {
+                                      int mma, bool *used, bool *same, double *dist, rl_err *e) {
     const int qd = n_head * hd, n_ctx = pos + nt, n_all = (n_ctx + split - 1) / split,
               n_split = max_split > 0 && max_split < n_all ? max_split : n_all;
     const size_t nq = (size_t)nt * qd, nkv = (size_t)n_ctx * n_head_kv * hd, sb = rl_mv_scratch_bytes(qd, nt),
@@ -1395,9 +1400,11 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         t1.out = o1;
         t1.frag = rl_mvx_plane(&w1, &t1.frag_k8);
         t1.gqa = gqa;
-        *used = rl_att_gqa(&t1);
+        t1.mma = mma;
+        *used = mma ? rl_att_mma(&t1) : rl_att_gqa(&t1);
         t2.out = o2;
         t2.gqa = false;
+        t2.mma = mma; /* the tensor-core kernel is its own bits: staged against itself unstaged */
         uint8_t *h1 = (uint8_t *)malloc(sb), *h2 = (uint8_t *)malloc(sb), *y1 = (uint8_t *)malloc(nq * 4),
                 *y2 = (uint8_t *)malloc(nq * 4);
         int st = !h1 || !h2 || !y1 || !y2 ? -1 : rl_attention_prepare(&t1);
@@ -1410,6 +1417,21 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         /* the plane is what follows the staged columns; the bytes before it neither run writes */
         const size_t p0 = (size_t)(t1.frag - s1);
         *same = !rc && !memcmp(y1, y2, nq * 4) && !memcmp(h1 + p0, h2 + p0, sb - p0);
+        /* the tensor-core kernel against the block per head: max |a - b| / max |b| */
+        *dist = -1.0;
+        if (!rc && mma && *used) {
+            t2.mma = 0;
+            if (rl_attention_launch(&t2, false, 0) || cudaDeviceSynchronize() ||
+                cudaMemcpy(y2, o2, nq * 4, cudaMemcpyDeviceToHost))
+                rc = rl_fail(e, "CUDA: attention test failed: %s", cudaGetErrorString(cudaGetLastError()));
+            double dmax = 0.0, bmax = 0.0;
+            for (size_t i = 0; !rc && i < nq; i++) {
+                const double a = ((const float *)y1)[i], b = ((const float *)y2)[i];
+                dmax = fabs(a - b) > dmax ? fabs(a - b) : dmax;
+                bmax = fabs(b) > bmax ? fabs(b) : bmax;
+            }
+            if (!rc) *dist = bmax > 0.0 ? dmax / bmax : dmax;
+        }
         free(h1);
         free(h2);
         free(y1);

@@ -171,8 +171,9 @@ struct rl_cuda_knobs {
                             times the group's heads exceed this (RL_CUDA_ATT_GQA, default 16;
                             0 never); the same bits */
     int att_mma;         /* a grouped model's flash decode on tensor cores (RL_CUDA_ATT_MMA: 0
-                            default; 1 decoding and exact chunks, f16 cache, 2-8 heads a group,
-                            hd 64 or 128); not the default kernel's bits, chunks = one token */
+                            default; bit 1 decoding and exact chunks, f16 cache, 2-8 heads a
+                            group, hd 64 or 128; 2 the next tile's loads ahead; 4 twice the
+                            warps); not the default kernel's bits, chunks = one token */
     int att_stage;       /* in such a chunk the flash decode writes Wo's int8 input itself, one
                             launch a layer fewer (RL_CUDA_ATT_STAGE: 1 default, 0 Wo's own
                             staging launch); the same bits */
@@ -288,8 +289,8 @@ struct rl_att_args {
      * applies (rl_att_gqa; the host sets it by the chunk's splits, knob RL_CUDA_ATT_GQA) */
     bool gqa;
     /* a grouped model's flash decode on tensor cores, decoding and exact chunks alike, where the
-     * shape allows (RL_CUDA_ATT_MMA; attention.cu flash_mma_kernel) */
-    bool mma;
+     * shape allows (RL_CUDA_ATT_MMA's bits, attention.cu flash_mma_kernel; 0 off) */
+    int mma;
     /* an exact chunk's most active splits per token (its graph's band; 0: n_split): the
      * grid's splits, so that a chunk at short positions launches no blocks that return at once */
     int split_cap;
@@ -325,6 +326,8 @@ int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
 /* Whether that chunk runs as one block per KV group, split and token (attention.cu,
  * flash_chunk_gqa_kernel: the same bits, each row read once for the group's heads). */
 bool rl_att_gqa(const rl_att_args *a);
+/* whether a launch runs the group's heads on tensor cores (a.mma set, its shapes) */
+bool rl_att_mma(const rl_att_args *a);
 /* Dynamic shared memory of one flash-decode block (a.hd, split_max), and the limit of the
  * kernels for that head size (f16 and q8 cache; the block per KV group's too, which also needs
  * n_split) raised to it (at open: never inside a capture); cudaError_t. */

@@ -329,14 +329,16 @@ static void test_prefill_attention(void) {
  * widened past max_split (one to four keys a thread), Q4_0's and Q8_0's integer terms. Each
  * case runs twice: the block per head writing the plane, and the block per KV group
  * (RL_CUDA_ATT_GQA, where the heads are grouped) against the block per head, so the grouped
- * kernel's outputs, partials and merge are the per-head kernel's bits. */
+ * kernel's outputs, partials and merge are the per-head kernel's bits. Then, where the group's
+ * heads fit tensor cores (RL_CUDA_ATT_MMA: 2-8 a group, hd 64 or 128), each of its variants
+ * staged against itself unstaged, and its output within 1e-4 of the block per head's. */
 static void test_att_stage(void) {
     const int cases[][7] = {/* n_head, n_head_kv, hd, tokens, pos, split, max_split (0: no widening) */
                             {32, 4, 64, 16, 20, 128, 0},   {32, 4, 64, 16, 300, 128, 0}, {8, 8, 128, 8, 3, 128, 0},
                             {8, 8, 128, 16, 200, 64, 0},   {6, 2, 96, 4, 50, 32, 0},     {4, 1, 256, 16, 90, 128, 0},
                             {32, 8, 128, 16, 500, 128, 0}, {32, 4, 64, 16, 900, 128, 2}, {12, 4, 64, 8, 600, 32, 3},
                             {16, 2, 128, 4, 130, 128, 0},  {28, 4, 128, 16, 260, 128, 20}};
-    int ran_gqa = 0;
+    int ran_gqa = 0, ran_mma = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], nt = cases[ci][3], pos = cases[ci][4],
                   split = cases[ci][5], msplit = cases[ci][6];
@@ -354,8 +356,9 @@ static void test_att_stage(void) {
             for (int gq = 0; gq < 2; gq++) {
                 rl_err e = {{0}};
                 bool same = false, u = false;
-                CHECK(rl_cuda_test_att_stage(q, kc, vc, nh, nkv, hd, nt, pos, split, msplit, types[ti], gq, &u, &same,
-                                             &e) == 0, "%s", e.msg);
+                double dist = 0.0;
+                CHECK(rl_cuda_test_att_stage(q, kc, vc, nh, nkv, hd, nt, pos, split, msplit, types[ti], gq, 0, &u,
+                                             &same, &dist, &e) == 0, "%s", e.msg);
                 CHECK(same, "attention staging, heads %d/%d, hd %d, %d tokens at %d, split %d/%d, %s, %s: plane or "
                       "output differs", nh, nkv, hd, nt, pos, split, msplit, rl_type_name(types[ti]),
                       u ? "block per KV group" : "block per head");
@@ -365,13 +368,37 @@ static void test_att_stage(void) {
                 used |= u;
             }
         ran_gqa += used;
+        /* the group's heads on tensor cores (RL_CUDA_ATT_MMA, each variant): staged = unstaged,
+         * and near the block per head (q and p in two f16 halves keep fp32's accuracy) */
+        double worst = 0.0;
+        int mma_ran = 0;
+        for (int mv = 1; mv < 8; mv += 2) {
+            rl_err e = {{0}};
+            bool same = false, u = false;
+            double dist = -1.0;
+            CHECK(rl_cuda_test_att_stage(q, kc, vc, nh, nkv, hd, nt, pos, split, msplit, RL_Q4_0, false, mv, &u,
+                                         &same, &dist, &e) == 0, "%s", e.msg);
+            CHECK(u == (nh / nkv >= 2 && nh / nkv <= 8 && (hd == 64 || hd == 128)), "attention, heads %d/%d, hd %d: "
+                  "tensor cores %s", nh, nkv, hd, u ? "used" : "not used");
+            if (!u) continue;
+            CHECK(same, "attention staging on tensor cores (%d), heads %d/%d, hd %d, %d tokens at %d, split %d/%d: "
+                  "plane or output differs", mv, nh, nkv, hd, nt, pos, split, msplit);
+            CHECK(dist >= 0.0 && dist <= 1e-4, "attention on tensor cores (%d), heads %d/%d, hd %d, %d tokens at %d: "
+                  "%.3e from the block per head", mv, nh, nkv, hd, nt, pos, dist);
+            worst = dist > worst ? dist : worst;
+            mma_ran++;
+        }
+        ran_mma += mma_ran;
         printf("  attention staging heads %2d/%d hd %3d, %2d tokens at %3d, split %3d/%2d: plane = the staging "
-               "kernel's%s\n", nh, nkv, hd, nt, pos, split, msplit, used ? "; per KV group = per head" : "");
+               "kernel's%s", nh, nkv, hd, nt, pos, split, msplit, used ? "; per KV group = per head" : "");
+        if (mma_ran) printf("; tensor cores %.1e from per head", worst);
+        printf("\n");
         free(q);
         free(kc);
         free(vc);
     }
     CHECK(ran_gqa == 8, "the block per KV group ran in %d cases", ran_gqa);
+    CHECK(ran_mma == 28, "the tensor-core kernel ran in %d cases and variants", ran_mma);
 }
 
 int main(void) {
