@@ -432,9 +432,9 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  * f16 products with fp32 accumulation, so each key and value row is loaded once for the group
  * and converted by the product:
  * - rows g < 8 hold head g's operand rounded to f16 (hi), rows g + 8 its remainder (lo), so
- *   that hi + lo keeps fp32's accuracy to ~2^-22 and one product gives both: a score is
- *   (row g + row g + 8) of the accumulator. q is scaled by a power of two into f16's range
- *   first (exact), the scale folded into the score's factor;
+ *   that hi + lo is within ~2^-22 of the operand relative to its row's largest value, and one
+ *   product gives both: a score is (row g + row g + 8) of the accumulator. q is scaled by a
+ *   power of two into f16's range first, p by 2^15 (both exact), the factors taken out after;
  * - scores: lane (g, tq) loads 16 bytes of key row g of an 8-key tile, dims 32 j + 8 tq ..
  *   + 7, used as the B fragment of k-steps 2 j (dims + 0..3) and 2 j + 1 (+ 4..7); q's A
  *   fragment holds the same dims in the same places (the dot's terms in another order, the
@@ -556,9 +556,12 @@ __device__ __forceinline__ void am_step(const am_tile<HD> &b, const uint32_t (*q
 #pragma unroll
     for (int i = 0; i < 4; i++) pr[i] = expf(x[i] - mn);
     l = fmaf(l, corr, (pr[0] + pr[1]) + (pr[2] + pr[3]));
-    uint32_t ph0, pl0, ph1, pl1; /* keys 2 tq + (0, 1) and 8 + 2 tq + (0, 1) */
-    am_split(pr[0], pr[1], ph0, pl0);
-    am_split(pr[2], pr[3], ph1, pl1);
+    /* keys 2 tq + (0, 1) and 8 + 2 tq + (0, 1); p scaled by 2^15 (exact, < 65504) so that its
+     * remainder stays a normal f16 down to p = 2^-18 (o carries the factor until the warp's
+     * sums are written) */
+    uint32_t ph0, pl0, ph1, pl1;
+    am_split(pr[0] * 0x1p15f, pr[1] * 0x1p15f, ph0, pl0);
+    am_split(pr[2] * 0x1p15f, pr[3] * 0x1p15f, ph1, pl1);
 #pragma unroll
     for (int j = 0; j < NJ; j++) {
         const uint32_t *v0 = &b.v[0][j].x, *v1 = &b.v[1][j].x;
@@ -657,8 +660,8 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
 #pragma unroll
             for (int c = 0; c < 4; c++) {
                 float *w = wo + ((size_t)warp * G + g) * HD + 32 * j + 8 * tq + 2 * c;
-                w[0] = o[4 * j + c][0] + o[4 * j + c][2];
-                w[1] = o[4 * j + c][1] + o[4 * j + c][3];
+                w[0] = (o[4 * j + c][0] + o[4 * j + c][2]) * 0x1p-15f;
+                w[1] = (o[4 * j + c][1] + o[4 * j + c][3]) * 0x1p-15f;
             }
     }
     __syncthreads();

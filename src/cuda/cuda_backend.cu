@@ -486,7 +486,7 @@ static int persist_setup(rl_cuda *c, rl_err *e) {
         snprintf(c->pk_why, sizeof c->pk_why, "off (RL_CUDA_PERSIST=0)");
         return 0;
     }
-    if (c->knobs.att_mma) { /* its attention is flash_decode_block's: chunks would not be its bits */
+    if (c->knobs.att_mma & 1) { /* its attention is flash_decode_block's: chunks would not be its bits */
         snprintf(c->pk_why, sizeof c->pk_why,
                  "RL_CUDA_ATT_MMA is set (the persistent kernel has no tensor-core attention)");
         return 0;
@@ -1331,15 +1331,18 @@ extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_er
 /* The attention test hooks' common part: q ([nq] fp32) and the f16 cache (k and v, [nkv] each)
  * uploaded into a->q, a->kc, a->vc (the caller frees them, also after a failure), a's head shape
  * set and the rest zero. */
+/* tail: cache values past the nkv given, f16 NaN (0x7e7e), which no kernel may read: rows past a
+ * token's position are masked, never multiplied by a zero weight */
 static int att_test_setup(rl_att_args *a, const float *q, const uint16_t *kc, const uint16_t *vc, size_t nq, size_t nkv,
-                          int n_head, int n_head_kv, int hd) {
+                          size_t tail, int n_head, int n_head_kv, int hd) {
     memset(a, 0, sizeof *a);
     a->n_head = n_head;
     a->n_head_kv = n_head_kv;
     a->hd = hd;
-    if (cudaMalloc(&a->q, nq * 4) || cudaMalloc(&a->kc, nkv * 2) || cudaMalloc(&a->vc, nkv * 2) ||
+    if (cudaMalloc(&a->q, nq * 4) || cudaMalloc(&a->kc, (nkv + tail) * 2) || cudaMalloc(&a->vc, (nkv + tail) * 2) ||
         cudaMemcpy(a->q, q, nq * 4, cudaMemcpyHostToDevice) || cudaMemcpy(a->kc, kc, nkv * 2, cudaMemcpyHostToDevice) ||
-        cudaMemcpy(a->vc, vc, nkv * 2, cudaMemcpyHostToDevice))
+        cudaMemcpy(a->vc, vc, nkv * 2, cudaMemcpyHostToDevice) || cudaMemset(a->kc + nkv, 0x7e, tail * 2) ||
+        cudaMemset(a->vc + nkv, 0x7e, tail * 2))
         return -1;
     return 0;
 }
@@ -1364,10 +1367,14 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
     hio.pos = pos;
     rl_att_args t;
     int rc = 0;
-    if (att_test_setup(&t, q, kc, vc, nq, nkv, n_head, n_head_kv, hd) || cudaMalloc(&o1, nq * 4) ||
-        cudaMalloc(&o2, nq * 4) || cudaMalloc(&part, pb) || cudaMalloc(&cnt, (size_t)nt * n_head * 4) ||
-        cudaMalloc(&s1, sb) || cudaMalloc(&s2, sb) || cudaMalloc(&io, sizeof *io) ||
-        cudaMemcpy(io, &hio, sizeof hio, cudaMemcpyHostToDevice) || cudaMemset(cnt, 0, (size_t)nt * n_head * 4) ||
+    /* io[1]: the chunk's last token alone (its one-token launch) */
+    rl_cuda_io hio1 = hio;
+    hio1.pos = pos + nt - 1;
+    if (att_test_setup(&t, q, kc, vc, nq, nkv, (size_t)16 * n_head_kv * hd, n_head, n_head_kv, hd) ||
+        cudaMalloc(&o1, nq * 4) || cudaMalloc(&o2, nq * 4) || cudaMalloc(&part, pb) ||
+        cudaMalloc(&cnt, (size_t)nt * n_head * 4) || cudaMalloc(&s1, sb) || cudaMalloc(&s2, sb) ||
+        cudaMalloc(&io, 2 * sizeof *io) || cudaMemcpy(io, &hio, sizeof hio, cudaMemcpyHostToDevice) ||
+        cudaMemcpy(io + 1, &hio1, sizeof hio1, cudaMemcpyHostToDevice) || cudaMemset(cnt, 0, (size_t)nt * n_head * 4) ||
         cudaMemset(s1, 0xa5, sb) || cudaMemset(s2, 0xa5, sb))
         rc = rl_fail(e, "CUDA: attention staging test setup failed");
     if (!rc) {
@@ -1417,18 +1424,27 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         /* the plane is what follows the staged columns; the bytes before it neither run writes */
         const size_t p0 = (size_t)(t1.frag - s1);
         *same = !rc && !memcmp(y1, y2, nq * 4) && !memcmp(h1 + p0, h2 + p0, sb - p0);
-        /* the tensor-core kernel against the block per head: max |a - b| / max |b| */
         *dist = -1.0;
         if (!rc && mma && *used) {
+            /* the tensor-core kernel's chunk keeps its one-token bits: the last token alone */
+            rl_att_args t3 = t2;
+            t3.n_tok = 1;
+            t3.q = t.q + (size_t)(nt - 1) * qd;
+            t3.io = io + 1;
+            if (rl_attention_launch(&t3, false, 0) || cudaDeviceSynchronize() ||
+                cudaMemcpy(y2, o2, (size_t)qd * 4, cudaMemcpyDeviceToHost))
+                rc = rl_fail(e, "CUDA: attention test failed: %s", cudaGetErrorString(cudaGetLastError()));
+            *same = *same && !rc && !memcmp(y1 + (size_t)(nt - 1) * qd * 4, y2, (size_t)qd * 4);
+            /* and against the block per head: max |a - b| / max |b|, a NaN anywhere sticking */
             t2.mma = 0;
-            if (rl_attention_launch(&t2, false, 0) || cudaDeviceSynchronize() ||
-                cudaMemcpy(y2, o2, nq * 4, cudaMemcpyDeviceToHost))
+            if (!rc && (rl_attention_launch(&t2, false, 0) || cudaDeviceSynchronize() ||
+                        cudaMemcpy(y2, o2, nq * 4, cudaMemcpyDeviceToHost)))
                 rc = rl_fail(e, "CUDA: attention test failed: %s", cudaGetErrorString(cudaGetLastError()));
             double dmax = 0.0, bmax = 0.0;
             for (size_t i = 0; !rc && i < nq; i++) {
                 const double a = ((const float *)y1)[i], b = ((const float *)y2)[i];
-                dmax = fabs(a - b) > dmax ? fabs(a - b) : dmax;
-                bmax = fabs(b) > bmax ? fabs(b) : bmax;
+                if (!(fabs(a - b) <= dmax)) dmax = fabs(a - b);
+                if (!(fabs(b) <= bmax)) bmax = fabs(b);
             }
             if (!rc) *dist = bmax > 0.0 ? dmax / bmax : dmax;
         }
@@ -1457,7 +1473,7 @@ extern "C" int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc
     __half *dout = NULL;
     rl_att_args a;
     int rc = 0;
-    if (att_test_setup(&a, q, kc, vc, nq, nkv, n_head, n_head_kv, hd) || cudaMalloc(&dout, nq * 2))
+    if (att_test_setup(&a, q, kc, vc, nq, nkv, 0, n_head, n_head_kv, hd) || cudaMalloc(&dout, nq * 2))
         rc = rl_fail(e, "CUDA: prefill attention test setup failed");
     if (!rc) {
         a.n_tok = n_tok;
