@@ -305,10 +305,11 @@ apre)
 amma)
   # RL_CUDA_ATT_MMA (session 40): a KV group's flash decode on tensor cores, decoding and chunks
   # (attention.cu flash_mma_kernel; bits: 1 on, 2 the next tile's loads ahead, 4 twice the
-  # warps). Not the default kernel's bits: under each value its chunks must be its one-token
-  # bytes, and its logits near the default's (--exact: fp32 activations, no int8 rounding flips
-  # to cascade). SKIPBITS / SKIPPERF as apre; CHUNKS="tl 8b", AMMA_V="1 3 5 7", AMMA_N="300 4200"
-  F=${CHUNKS:-tl 8b}; models $F; AV=${AMMA_V-1 3 5 7}
+  # warps, 8 launched with PDL: 15's bits are 7's). Not the default kernel's bits: under each
+  # value its chunks must be its one-token bytes, and its logits near the default's (--exact:
+  # fp32 activations, no int8 rounding flips to cascade). SKIPBITS / SKIPPERF as apre;
+  # CHUNKS="tl 8b", AMMA_V="1 3 5 7 15", AMMA_N="300 4200"
+  F=${CHUNKS:-tl 8b}; models $F; AV=${AMMA_V-1 3 5 7 15}
   # near REF OTHER N: max over positions of max|a - b| / max|b| and the argmax agreement
   near() { python3 -c "
 import numpy as np

@@ -450,7 +450,8 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  * one-token logits (a token's block is the same computation at any z). The knob's bits: 1 on,
  * 2 each warp's next tile loaded before the products of its current one (PF), 4 twice the
  * warps a block (NW: 8 at hd 64 and 4 at hd 128, or 16 and 8), which changes which warp sums
- * which keys: every value is its own arithmetic, chunks = one token under each. f16 cache,
+ * which keys: every value is its own arithmetic, chunks = one token under each; 8 (host) the
+ * launch with PDL where the graph has it. f16 cache,
  * 2 <= G <= 8, hd 64 or 128. */
 #define AM_GMAX 8
 

@@ -190,7 +190,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         /* a chunk's attention per KV group (attention.cu) above 16 splits x heads a group (H100,
          * docs/PERF.md v2.35: TinyLlama from 3 splits, Llama-3-8B from 5) */
         knob("RL_CUDA_ATT_GQA", 16, 0, 1 << 20, &k->att_gqa, e) ||
-        knob("RL_CUDA_ATT_MMA", 0, 0, 7, &k->att_mma, e) || /* a group's heads on tensor cores (attention.cu) */
+        knob("RL_CUDA_ATT_MMA", 0, 0, 15, &k->att_mma, e) || /* a group's heads on tensor cores (attention.cu) */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
@@ -451,7 +451,10 @@ static int enqueue(rl_cuda *c, int ns, int head, int splits, rl_err *e) {
             c->n.launches++;
             mark(c, "rope+kv", 0);
         }
-        if (rl_attention_launch(&P.att, pdl, c->st)) rc = -1;
+        /* RL_CUDA_ATT_MMA bit 8: the tensor-core attention launched with PDL (measured apart:
+         * PDL on the default kernel cost 12-14% at depth 4096, docs/PERF.md v2.37 §1) */
+        const bool apdl = pdl || (c->knobs.pdl && (c->knobs.att_mma & 9) == 9 && rl_att_mma(&P.att));
+        if (rl_attention_launch(&P.att, apdl, c->st)) rc = -1;
         c->n.launches++;
         mark(c, "attention", -1);
         mv_go(c, &P.wo, &rc);

@@ -173,7 +173,8 @@ struct rl_cuda_knobs {
     int att_mma;         /* a grouped model's flash decode on tensor cores (RL_CUDA_ATT_MMA: 0
                             default; bit 1 decoding and exact chunks, f16 cache, 2-8 heads a
                             group, hd 64 or 128; 2 the next tile's loads ahead; 4 twice the
-                            warps); not the default kernel's bits, chunks = one token */
+                            warps; 8 launched with PDL); not the default kernel's bits, chunks =
+                            one token */
     int att_stage;       /* in such a chunk the flash decode writes Wo's int8 input itself, one
                             launch a layer fewer (RL_CUDA_ATT_STAGE: 1 default, 0 Wo's own
                             staging launch); the same bits */
