@@ -191,6 +191,20 @@ size_t rl_attention_smem(const rl_att_args *a) {
     return (size_t)(a->split_max + a->hd + (ATT_THREADS / 32) * a->hd) * sizeof(float);
 }
 
+/* Whether this block is the last of a launch's ns split blocks to have written its partials
+ * (the whole block calls it, after those writes): a ticket, not an atomic sum, so the merge
+ * that block then runs does not depend on which block came last. count: the group's or head's
+ * counter, zero between launches (the merging block resets it); ticket: block shared. */
+__device__ __forceinline__ bool att_last_block(int *count, int *ticket, int ns) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) *ticket = atomicAdd(count, 1);
+    __syncthreads();
+    if (*ticket != ns - 1) return false;
+    __threadfence();
+    return true;
+}
+
 /* ---- an exact chunk's flash decode for grouped heads ------------------------------------------
  * In a chunk the G = n_head / n_head_kv query heads of a KV group, times the chunk's tokens, read
  * the same key and value rows; flash_decode_kernel's block per (head, split, token) has each of
@@ -390,12 +404,7 @@ __global__ void __launch_bounds__(GQ_THREADS, 3) flash_chunk_gqa_kernel(const rl
         out[0] = stat[t][0];
         out[1] = stat[t][1];
     }
-    __threadfence();
-    __syncthreads();
-    if (t == 0) ticket = atomicAdd(cz, 1);
-    __syncthreads();
-    if (ticket != ns - 1) return;
-    __threadfence();
+    if (!att_last_block(cz, &ticket, ns)) return;
     /* the merge, flash_decode_block's arithmetic per head: (m, l) of every split staged, then
      * each output's splits in split order, MC loads a batch */
     constexpr int MC = 16;
@@ -451,8 +460,7 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  * 2 each warp's next tile loaded before the products of its current one (PF), 4 twice the
  * warps a block (NW: 8 at hd 64 and 4 at hd 128, or 16 and 8), which changes which warp sums
  * which keys: every value is its own arithmetic, chunks = one token under each; 8 (host) the
- * launch with PDL where the graph has it. f16 cache,
- * 2 <= G <= 8, hd 64 or 128. */
+ * launch with PDL where the graph has it. f16 cache, 2 <= G <= 8, hd 64 or 128. */
 #define AM_GMAX 8
 
 static int am_nw(int hd, int mma) { return (hd <= 64 ? 8 : 4) * (mma & 4 ? 2 : 1); }
@@ -502,8 +510,8 @@ __device__ __forceinline__ void am_split(float x, float y, uint32_t &hi, uint32_
     lo = *(const uint32_t *)&l;
 }
 
-/* One warp's 16-key tiles: the key and value rows it loads (lane (g, tq): keys k0 + g and
- * k0 + 8 + g, 16 bytes of each row at dims 32 j + 8 tq), and its online softmax state. */
+/* What one warp loads of a 16-key tile: lane (g, tq) 16 bytes of the key and of the value
+ * rows of keys k0 + g and k0 + 8 + g, at dims 32 j + 8 tq. */
 template <int HD> struct am_tile {
     static constexpr int NJ = HD / 32, ND = HD / 8;
     uint4 k[2][NJ], v[2][NJ];
@@ -576,8 +584,8 @@ __device__ __forceinline__ void am_step(const am_tile<HD> &b, const uint32_t (*q
     }
 }
 
-template <int HD, int NW, bool PF, bool ST>
 /* two blocks an SM where the registers allow (256 threads at hd 64, 128 at hd 128), else one */
+template <int HD, int NW, bool PF, bool ST>
 __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_kernel(const rl_att_args a) {
     constexpr int NT = 32 * NW, NJ = am_tile<HD>::NJ, ND = am_tile<HD>::ND;
     extern __shared__ float sm[];
@@ -703,12 +711,7 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
     }
     /* the group's last block to finish merges every head's splits in split order (a ticket,
      * not a sum), flash_decode_block's arithmetic per head */
-    __threadfence();
-    __syncthreads();
-    if (t == 0) ticket = atomicAdd(cz, 1);
-    __syncthreads();
-    if (ticket != ns - 1) return;
-    __threadfence();
+    if (!att_last_block(cz, &ticket, ns)) return;
     float *ml = wo; /* [G][ns][2]: the warps' o are used up */
     for (int x = t; x < G * ns * 2; x += NT) {
         const int i = x / (2 * ns), j = (x >> 1) % ns;
