@@ -460,7 +460,8 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  * 2 each warp's next tile loaded before the products of its current one (PF), 4 twice the
  * warps a block (NW: 8 at hd 64 and 4 at hd 128, or 16 and 8), which changes which warp sums
  * which keys: every value is its own arithmetic, chunks = one token under each; 8 (host) the
- * launch with PDL where the graph has it. f16 cache, 2 <= G <= 8, hd 64 or 128. */
+ * launch with PDL where the graph has it. f16 cache, 1 <= G <= 8 (a plain model's head, G = 1,
+ * fills one row of 8: the conversions still go to the product), hd 64 or 128. */
 #define AM_GMAX 8
 
 static int am_nw(int hd, int mma) { return (hd <= 64 ? 8 : 4) * (mma & 4 ? 2 : 1); }
@@ -479,7 +480,7 @@ static size_t am_smem(const rl_att_args *a) { return am_smem_nw(a, (size_t)am_nw
 /* the shapes the kernel serves, with room for its widest block (whatever the knob's value) */
 static bool am_fits(const rl_att_args *a) {
     const int G = a->n_head / a->n_head_kv;
-    return !a->kd && G >= 2 && G <= AM_GMAX && a->n_head % a->n_head_kv == 0 && (a->hd == 64 || a->hd == 128) &&
+    return !a->kd && G >= 1 && G <= AM_GMAX && a->n_head % a->n_head_kv == 0 && (a->hd == 64 || a->hd == 128) &&
            am_smem_nw(a, (size_t)am_nw(a->hd, 4)) <= 96 * 1024;
 }
 

@@ -170,8 +170,8 @@ struct rl_cuda_knobs {
                             head) where the heads are grouped and a token's attention splits
                             times the group's heads exceed this (RL_CUDA_ATT_GQA, default 16;
                             0 never); the same bits */
-    int att_mma;         /* a grouped model's flash decode on tensor cores (RL_CUDA_ATT_MMA: 0
-                            default; bit 1 decoding and exact chunks, f16 cache, 2-8 heads a
+    int att_mma;         /* the flash decode on tensor cores, a KV group a block (RL_CUDA_ATT_MMA: 0
+                            default; bit 1 decoding and exact chunks, f16 cache, 1-8 heads a
                             group, hd 64 or 128; 2 the next tile's loads ahead; 4 twice the
                             warps; 8 launched with PDL); not the default kernel's bits, chunks =
                             one token */
@@ -289,7 +289,7 @@ struct rl_att_args {
     /* an exact chunk of grouped heads in a block per KV group, split and token where it
      * applies (rl_att_gqa; the host sets it by the chunk's splits, knob RL_CUDA_ATT_GQA) */
     bool gqa;
-    /* a grouped model's flash decode on tensor cores, decoding and exact chunks alike, where the
+    /* the flash decode on tensor cores, a KV group a block, decoding and exact chunks alike, where the
      * shape allows (RL_CUDA_ATT_MMA's bits, attention.cu flash_mma_kernel; 0 off) */
     int mma;
     /* an exact chunk's most active splits per token (its graph's band; 0: n_split): the
