@@ -45,6 +45,8 @@
 #                                      under each AMMA_V value: chunks = one token and near the default
 #                                      (fast and --exact), tg128 d0 / d4096 and S=16 against the default
 #                                      (SKIPBITS / SKIPPERF, CHUNKS, ROUNDS)
+#   bash bench/exp/run.sh amprof       ncu of the tensor-core attention against the default kernel at d0 / d1024 /
+#                                      d4096 (AMMA_P values, CHUNKS="tl"), --set full of one launch into $OUT
 #   bash bench/exp/run.sh stage8       RL_CUDA_MVX_STAGE8 (session 32; 1 by default since 33): down's chunk
 #                                      staging in 8-warp blocks with PDL: logits -b 1 = -b 16 with
 #                                      the knob at both values, S=16 alternated, two rounds; S8="1 2"
@@ -345,6 +347,30 @@ print('max rel %.2e, argmax %d/%d'%((np.abs(a-b).max(1)/np.abs(b).max(1)).max(),
     for v in $AV; do set -- $(RL_CUDA_ATT_MMA=$v pp $M "-c 4096" $f 512); line="$line | $v: $1 ± $2 ($(rel $b0 $1))"; done
     echo "$line"
   done; done ;;
+amprof)
+  # ncu of the tensor-core attention (session 40): each launch's duration at d0, d1024 and
+  # d4096 (20 launches past the first 66, clocks and caches as found) of the default kernel
+  # (0) and of RL_CUDA_ATT_MMA under each AMMA_P value (default "1 7"), on CHUNKS (default tl);
+  # then --set full of one d4096 launch of the last value, details and SASS source in $OUT
+  F=${CHUNKS:-tl}; models $F; N="ncu --clock-control none --cache-control none"
+  for f in $F; do for d in 0 1024 4096; do line="$f d$d"
+    for v in 0 ${AMMA_P:-1 7}; do k=flash_decode_kernel; [ $v = 0 ] || k=flash_mma_kernel
+      x=$(RL_CUDA_ATT_MMA=$v $N -k regex:$k --launch-skip 66 --launch-count 20 --metrics gpu__time_duration.sum --csv \
+          $M bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 8 -r 1 -d $d --no-ceiling 2>/dev/null | python3 -c "
+import csv,sys
+r=list(csv.reader(l for l in sys.stdin if l.startswith('\"')))
+h=r[0]; v=[float(x[h.index('Metric Value')].replace(',','')) for x in r[1:] if x[h.index('Metric Name')]=='gpu__time_duration.sum']
+print('%.2f us (%d, %.2f-%.2f)'%(sum(v)/len(v)/1000,len(v),min(v)/1000,max(v)/1000) if v else 'none')")
+      line="$line | $v: $x"; done; echo "$line"; done
+    v=${AMMA_P:-1 7}; v=${v##* }
+    RL_CUDA_ATT_MMA=$v timeout 150 $N -k regex:flash_mma_kernel --launch-skip 60 --launch-count 1 --set full $M bench \
+      --device cuda -m /tmp/m/$f.gguf -p 0 -n 8 -r 1 -d 4096 --no-ceiling > ${OUT:-/tmp}/amfull-$f.txt 2>&1
+    RL_CUDA_ATT_MMA=$v timeout 150 $N -k regex:flash_mma_kernel --launch-skip 60 --launch-count 1 --set full \
+      --print-source sass --page source --csv $M bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 8 -r 1 -d 4096 \
+      --no-ceiling > ${OUT:-/tmp}/amsrc-$f.csv 2>/dev/null
+    grep -E "Duration|Registers Per|Achieved Occ|Issued Ipc|Warp Cycles Per Issued|Executed Instructions  " \
+      ${OUT:-/tmp}/amfull-$f.txt | head -8
+  done ;;
 stage8)
   # TinyLlama's staging blocks have 8 warps already: the knob changes nothing there. S8: the two
   # knob values compared ("0 1" by default; "1 2": the normed inputs' staging too, session 33,
@@ -408,6 +434,6 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, table, amma, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, amma, amprof, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
