@@ -205,6 +205,67 @@ __device__ __forceinline__ bool att_last_block(int *count, int *ticket, int ns) 
     return true;
 }
 
+/* The merge of a KV group's G heads (hd each) by the group's last block of NT threads: every
+ * split's (m, l) staged in ml [G][ns][2] (shared), then each output x = i hd + d (head h0 + i)
+ * from its splits in split order, merge_splits's arithmetic, into out[x] (and st[x] with ST).
+ * A thread's outputs x = t + k NT (k < DI; G hd <= DI NT) take their loads in one batch of
+ * LB / DI splits each (at most 16; LB: the loads a thread may hold), so a block with fewer
+ * threads than outputs makes no more trips. pz: the token's partials [n_head][n_split][hd + 2];
+ * *cz, the group's ticket, is reset. */
+template <int NT, int DI, int LB, bool ST>
+__device__ __forceinline__ void att_merge_group(const float *pz, int h0, int n_split, int hd, int G, int ns, float *ml,
+                                                float *out, float *st, int *cz) {
+    constexpr int MC = LB / DI > 16 ? 16 : LB / DI;
+    const int t = threadIdx.x;
+    for (int x = t; x < G * ns * 2; x += NT) {
+        const int i = x / (2 * ns), j = (x >> 1) % ns;
+        ml[x] = __ldcg(pz + ((size_t)(h0 + i) * n_split + j) * (hd + 2) + (x & 1));
+    }
+    __syncthreads();
+    float M[DI], L[DI], O[DI];
+#pragma unroll
+    for (int k = 0; k < DI; k++) {
+        M[k] = -INFINITY; /* max is exact in any order */
+        L[k] = O[k] = 0.0f;
+        const int x = t + k * NT;
+        if (x < G * hd)
+            for (int j = 0; j < ns; j++) M[k] = fmaxf(M[k], ml[(x / hd) * 2 * ns + 2 * j]);
+    }
+    for (int j0 = 0; j0 < ns; j0 += MC) {
+        float oq[DI][MC];
+#pragma unroll
+        for (int k = 0; k < DI; k++) {
+            const int x = t + k * NT, i = x / hd, d = x % hd;
+#pragma unroll
+            for (int j = 0; j < MC; j++)
+                oq[k][j] = x < G * hd && j0 + j < ns
+                               ? __ldcg(pz + ((size_t)(h0 + i) * n_split + j0 + j) * (hd + 2) + 2 + d)
+                               : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < DI; k++) {
+            const int x = t + k * NT;
+            if (x >= G * hd) break;
+            const float *mi = ml + (x / hd) * 2 * ns;
+#pragma unroll
+            for (int j = 0; j < MC; j++) {
+                if (j0 + j >= ns) break;
+                const float w = expf(mi[2 * (j0 + j)] - M[k]);
+                L[k] = fmaf(mi[2 * (j0 + j) + 1], w, L[k]);
+                O[k] = fmaf(oq[k][j], w, O[k]);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < DI; k++) {
+        const int x = t + k * NT;
+        if (x >= G * hd) break;
+        out[x] = O[k] / L[k];
+        if constexpr (ST) st[x] = O[k] / L[k];
+    }
+    if (t == 0) *cz = 0;
+}
+
 /* ---- an exact chunk's flash decode for grouped heads ------------------------------------------
  * In a chunk the G = n_head / n_head_kv query heads of a KV group, times the chunk's tokens, read
  * the same key and value rows; flash_decode_kernel's block per (head, split, token) has each of
@@ -405,24 +466,9 @@ __global__ void __launch_bounds__(GQ_THREADS, 3) flash_chunk_gqa_kernel(const rl
         out[1] = stat[t][1];
     }
     if (!att_last_block(cz, &ticket, ns)) return;
-    /* the merge, flash_decode_block's arithmetic per head: (m, l) of every split staged, then
-     * each output's splits in split order, MC loads a batch */
-    constexpr int MC = 16;
-    for (int x = t; x < G * ns * 2; x += GQ_THREADS) {
-        const int i = x / (2 * ns), j = (x >> 1) % ns;
-        ml[x] = __ldcg(pz + ((size_t)(h0 + i) * a.n_split + j) * (hd + 2) + (x & 1));
-    }
-    __syncthreads();
-    for (int x = t; x < G * hd; x += GQ_THREADS) {
-        const int i = x / hd, d = x % hd;
-        const float *mi = ml + i * 2 * ns, *ph = pz + (size_t)(h0 + i) * a.n_split * (hd + 2);
-        float M = -INFINITY, L = 0.0f, O = 0.0f;
-        for (int j = 0; j < ns; j++) M = fmaxf(M, mi[2 * j]);
-        merge_splits<MC>(mi, ph, 0, hd, d, ns, M, L, O);
-        oz[x] = O / L;
-        if constexpr (ST) qs[x] = O / L;
-    }
-    if (t == 0) *cz = 0;
+    /* the merge, flash_decode_block's arithmetic per head (a thread's outputs in one batch) */
+    constexpr int DI = (GQ_GMAX * 64 * HJ + GQ_THREADS - 1) / GQ_THREADS; /* 80 registers: 16 loads held */
+    att_merge_group<GQ_THREADS, DI, 16, ST>(pz, h0, a.n_split, hd, G, ns, ml, oz, qs, cz);
     if constexpr (ST) {
         __syncthreads();
         if (warp < G) att_stage_out(a, h0 + warp, z, qs + warp * hd, lane);
@@ -713,57 +759,9 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
     /* the group's last block to finish merges every head's splits in split order (a ticket,
      * not a sum), flash_decode_block's arithmetic per head */
     if (!att_last_block(cz, &ticket, ns)) return;
-    float *ml = wo; /* [G][ns][2]: the warps' o are used up */
-    for (int x = t; x < G * ns * 2; x += NT) {
-        const int i = x / (2 * ns), j = (x >> 1) % ns;
-        ml[x] = __ldcg(pz + ((size_t)(h0 + i) * a.n_split + j) * (HD + 2) + (x & 1));
-    }
-    __syncthreads();
-    /* a thread's outputs x = t + k NT (k < DI) take their splits' loads in one batch of MC
-     * splits each, so a block with fewer threads than outputs makes no more trips */
-    constexpr int DI = (AM_GMAX * HD + NT - 1) / NT, MC = 32 / DI > 16 ? 16 : 32 / DI;
-    float M[DI], L[DI], O[DI];
-#pragma unroll
-    for (int k = 0; k < DI; k++) {
-        M[k] = -INFINITY;
-        L[k] = O[k] = 0.0f;
-        const int x = t + k * NT;
-        if (x < G * HD)
-            for (int j = 0; j < ns; j++) M[k] = fmaxf(M[k], ml[(x / HD) * 2 * ns + 2 * j]);
-    }
-    for (int j0 = 0; j0 < ns; j0 += MC) {
-        float oq[DI][MC];
-#pragma unroll
-        for (int k = 0; k < DI; k++) {
-            const int x = t + k * NT, i = x / HD, d = x % HD;
-#pragma unroll
-            for (int j = 0; j < MC; j++)
-                oq[k][j] = x < G * HD && j0 + j < ns
-                               ? __ldcg(pz + ((size_t)(h0 + i) * a.n_split + j0 + j) * (HD + 2) + 2 + d)
-                               : 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < DI; k++) {
-            const int x = t + k * NT;
-            if (x >= G * HD) break;
-            const float *mi = ml + (x / HD) * 2 * ns;
-#pragma unroll
-            for (int j = 0; j < MC; j++) {
-                if (j0 + j >= ns) break;
-                const float w = expf(mi[2 * (j0 + j)] - M[k]);
-                L[k] = fmaf(mi[2 * (j0 + j) + 1], w, L[k]);
-                O[k] = fmaf(oq[k][j], w, O[k]);
-            }
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < DI; k++) {
-        const int x = t + k * NT;
-        if (x >= G * HD) break;
-        oz[(size_t)(h0 + x / HD) * HD + x % HD] = O[k] / L[k];
-        if constexpr (ST) os[x] = O[k] / L[k];
-    }
-    if (t == 0) *cz = 0;
+    /* wo holds the merge's (m, l) pairs: the warps' o are used up */
+    att_merge_group<NT, (AM_GMAX * HD + NT - 1) / NT, 32, ST>(pz, h0, a.n_split, HD, G, ns, wo, oz + (size_t)h0 * HD,
+                                                              os, cz);
     if constexpr (ST) {
         __syncthreads();
         for (int i = warp; i < G; i += NW) att_stage_out(a, h0 + i, z, os + i * HD, lane);

@@ -1,7 +1,7 @@
 /* Flash decode's device code, shared by its own kernel (attention.cu, one launch per layer) and
- * the persistent decode kernel (persist.cu, one phase per layer); its score dot and merge batch
- * also by an exact chunk's block per KV group (attention.cu), which must give the same bits.
- * Device code only. */
+ * the persistent decode kernel (persist.cu, one phase per layer); its score dot also by an
+ * exact chunk's block per KV group (attention.cu), which must give the same bits, and its
+ * merge's arithmetic (merge_splits) by that kernel's att_merge_group. Device code only. */
 #ifndef RL_CUDA_ATTENTION_CUH
 #define RL_CUDA_ATTENTION_CUH
 
@@ -83,7 +83,8 @@ __device__ __forceinline__ void dot8(const float *qq, const float2 f[4], float &
 /* The merge of splits [c0, c0 + n) of one output dimension d, in split order: split c0 + j's
  * (m, l) at ml[2j], ml[2j + 1] (shared memory), its unnormalised value at ph[(c0 + j) (hd + 2) +
  * 2 + d] (the head's partials, written by other blocks of the launch: from L2), MC loads a
- * batch; adds to L and O, M being every split's max. */
+ * batch; adds to L and O, M being every split's max. (attention.cu's att_merge_group does the
+ * same sums for several outputs a thread, their loads in one batch: keep the two alike.) */
 template <int MC>
 __device__ __forceinline__ void merge_splits(const float *ml, const float *ph, int c0, int hd, int d, int n, float M,
                                              float &L, float &O) {
