@@ -310,7 +310,9 @@ amma)
   # warps, 8 launched with PDL: 15's bits are 7's). Not the default kernel's bits: under each
   # value its chunks must be its one-token bytes, and its logits near the default's (--exact:
   # fp32 activations, no int8 rounding flips to cascade). SKIPBITS / SKIPPERF as apre;
-  # CHUNKS="tl 8b", AMMA_V="1 3 5 7 15", AMMA_N="300 4200"
+  # CHUNKS="tl 8b", AMMA_V="1 3 5 7 15" (17: a plain model's heads too), AMMA_N="300 4200"; 1 is
+  # the default since session 41, so every comparison is against RL_CUDA_ATT_MMA=0 (the block
+  # per head)
   F=${CHUNKS:-tl 8b}; models $F; AV=${AMMA_V-1 3 5 7 15}
   # near REF OTHER N: max over positions of max|a - b| / max|b| and the argmax agreement
   near() { python3 -c "
@@ -320,7 +322,7 @@ print('max rel %.2e, argmax %d/%d'%((np.abs(a-b).max(1)/np.abs(b).max(1)).max(),
   if [ -z "${SKIPBITS:-}" ]; then
     for f in $F; do
       for n in ${AMMA_N-300 4200}; do ids=$(seq 1 $n | tr '\n' ' ')
-        xlg $M /tmp/am-0.bin 1 "$ids"
+        RL_CUDA_ATT_MMA=0 xlg $M /tmp/am-0.bin 1 "$ids"
         for v in $AV; do
           L=; for b in 1 16; do RL_CUDA_ATT_MMA=$v xlg $M /tmp/am-$v-$b.bin $b "$ids"; L="$L /tmp/am-$v-$b.bin"; done
           same "$n ids, RL_CUDA_ATT_MMA=$v: -b 1 = -b 16" $L
@@ -328,7 +330,7 @@ print('max rel %.2e, argmax %d/%d'%((np.abs(a-b).max(1)/np.abs(b).max(1)).max(),
         rm -f /tmp/am-*.bin; done
       # fp32 activations: the distance the kernel's own arithmetic makes (no int8 flips)
       ids=$(seq 1 300 | tr '\n' ' '); ex=--exact
-      XLG_FLAGS=--exact xlg $M /tmp/am-0.bin 1 "$ids"
+      XLG_FLAGS=--exact RL_CUDA_ATT_MMA=0 xlg $M /tmp/am-0.bin 1 "$ids"
       for v in ${AV%% *} ${AV##* }; do
         L=; for b in 1 16; do XLG_FLAGS=--exact RL_CUDA_ATT_MMA=$v xlg $M /tmp/am-$v-$b.bin $b "$ids"; L="$L /tmp/am-$v-$b.bin"; done
         same "300 ids, RL_CUDA_ATT_MMA=$v: -b 1 = -b 16" $L
@@ -340,10 +342,10 @@ print('max rel %.2e, argmax %d/%d'%((np.abs(a-b).max(1)/np.abs(b).max(1)).max(),
   # rel A B: B against A in percent
   rel() { python3 -c "print('%+.1f%%'%(100*($2/$1-1)) if $1 else 'n/a')"; }
   for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do
-    for d in 0 4096; do set -- $(tgd $M "-d $d" $f); line="$f r$r tg128 d$d | main $1 ± $2"; b0=$1
+    for d in 0 4096; do set -- $(RL_CUDA_ATT_MMA=0 tgd $M "-d $d" $f); line="$f r$r tg128 d$d | 0: $1 ± $2"; b0=$1
       for v in $AV; do set -- $(RL_CUDA_ATT_MMA=$v tgd $M "-d $d" $f); line="$line | $v: $1 ± $2 ($(rel $b0 $1))"; done
       echo "$line"; done
-    set -- $(pp $M "-c 4096" $f 512); line="$f r$r S=16/512 -c 4096 | main $1 ± $2"; b0=$1
+    set -- $(RL_CUDA_ATT_MMA=0 pp $M "-c 4096" $f 512); line="$f r$r S=16/512 -c 4096 | 0: $1 ± $2"; b0=$1
     for v in $AV; do set -- $(RL_CUDA_ATT_MMA=$v pp $M "-c 4096" $f 512); line="$line | $v: $1 ± $2 ($(rel $b0 $1))"; done
     echo "$line"
   done; done ;;

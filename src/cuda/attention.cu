@@ -502,12 +502,13 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  *   grouped kernel) and the merge in split order.
  * Not flash_decode_kernel's bits (another order of the dot's terms, q and p in two halves):
  * the knob selects this kernel for decoding and chunks alike, so a chunk's logits stay its
- * one-token logits (a token's block is the same computation at any z). The knob's bits: 1 on,
- * 2 each warp's next tile loaded before the products of its current one (PF), 4 twice the
- * warps a block (NW: 8 at hd 64 and 4 at hd 128, or 16 and 8), which changes which warp sums
- * which keys: every value is its own arithmetic, chunks = one token under each; 8 (host) the
- * launch with PDL where the graph has it. f16 cache, 1 <= G <= 8 (a plain model's head, G = 1,
- * fills one row of 8: the conversions still go to the product), hd 64 or 128. */
+ * one-token logits (a token's block is the same computation at any z). The knob's bits: 1 on
+ * (the default) for grouped heads, 2 each warp's next tile loaded before the products of its
+ * current one (PF), 4 twice the warps a block (NW: 8 at hd 64 and 4 at hd 128, or 16 and 8),
+ * which changes which warp sums which keys: every value is its own arithmetic, chunks = one
+ * token under each; 8 (host) the launch with PDL where the graph has it; 16 plain heads too
+ * (G = 1 fills one row of 8: the conversions still go to the product; slower at depth). f16
+ * cache, G <= 8, hd 64 or 128. */
 #define AM_GMAX 8
 
 static int am_nw(int hd, int mma) { return (hd <= 64 ? 8 : 4) * (mma & 4 ? 2 : 1); }
@@ -530,7 +531,11 @@ static bool am_fits(const rl_att_args *a) {
            am_smem_nw(a, (size_t)am_nw(a->hd, 4)) <= 96 * 1024;
 }
 
-static bool am_use(const rl_att_args *a) { return (a->mma & 1) && am_fits(a); }
+/* grouped heads only, unless bit 16: a plain model's head fills one of the 8 rows and lost at
+ * depth (docs/PERF.md v2.38) */
+static bool am_use(const rl_att_args *a) {
+    return (a->mma & 1) && am_fits(a) && (a->n_head > a->n_head_kv || (a->mma & 16));
+}
 
 bool rl_att_mma(const rl_att_args *a) { return am_use(a); }
 

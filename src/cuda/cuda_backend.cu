@@ -190,7 +190,10 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         /* a chunk's attention per KV group (attention.cu) above 16 splits x heads a group (H100,
          * docs/PERF.md v2.35: TinyLlama from 3 splits, Llama-3-8B from 5) */
         knob("RL_CUDA_ATT_GQA", 16, 0, 1 << 20, &k->att_gqa, e) ||
-        knob("RL_CUDA_ATT_MMA", 0, 0, 15, &k->att_mma, e) || /* a group's heads on tensor cores (attention.cu) */
+        /* a KV group's heads on tensor cores (attention.cu), grouped heads only unless bit 16 (H100,
+         * docs/PERF.md v2.38: TinyLlama and 8B +4-7% at depth 4096 and S=16, Llama-2-7B's plain
+         * heads -4% and -10%) */
+        knob("RL_CUDA_ATT_MMA", 1, 0, 31, &k->att_mma, e) ||
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
@@ -489,14 +492,15 @@ static int persist_setup(rl_cuda *c, rl_err *e) {
         snprintf(c->pk_why, sizeof c->pk_why, "off (RL_CUDA_PERSIST=0)");
         return 0;
     }
-    if (c->knobs.att_mma & 1) { /* its attention is flash_decode_block's: chunks would not be its bits */
-        snprintf(c->pk_why, sizeof c->pk_why,
-                 "RL_CUDA_ATT_MMA is set (the persistent kernel has no tensor-core attention)");
-        return 0;
-    }
     rl_pk_layer *h = (rl_pk_layer *)calloc(n, sizeof *h);
     if (!h) return rl_fail(e, "out of memory");
     for (size_t l = 0; l < n; l++) layer_args(c, l, 1, 0, &h[l]);
+    if (rl_att_mma(&h[0].att)) { /* its attention is flash_decode_block's: chunks would not be its bits */
+        free(h);
+        snprintf(c->pk_why, sizeof c->pk_why,
+                 "the attention runs on tensor cores (RL_CUDA_ATT_MMA; the persistent kernel has none)");
+        return 0;
+    }
     int rc = 0;
     if (!rl_persist_plan(h, (int)n, &c->knobs, c->n_sm, &c->pk, c->pk_why, sizeof c->pk_why)) {
         cudaError_t err = cudaMemcpy(c->pk_lay, h, n * sizeof *h, cudaMemcpyHostToDevice);

@@ -170,11 +170,11 @@ struct rl_cuda_knobs {
                             head) where the heads are grouped and a token's attention splits
                             times the group's heads exceed this (RL_CUDA_ATT_GQA, default 16;
                             0 never); the same bits */
-    int att_mma;         /* the flash decode on tensor cores, a KV group a block (RL_CUDA_ATT_MMA: 0
-                            default; bit 1 decoding and exact chunks, f16 cache, 1-8 heads a
-                            group, hd 64 or 128; 2 the next tile's loads ahead; 4 twice the
-                            warps; 8 launched with PDL); not the default kernel's bits, chunks =
-                            one token */
+    int att_mma;         /* the flash decode on tensor cores, a KV group a block (RL_CUDA_ATT_MMA:
+                            default 1; bit 1 decoding and exact chunks of grouped heads, f16
+                            cache, 2-8 heads a group, hd 64 or 128; 2 the next tile's loads
+                            ahead; 4 twice the warps; 8 launched with PDL; 16 plain heads too);
+                            not the block per head's bits, chunks = one token */
     int att_stage;       /* in such a chunk the flash decode writes Wo's int8 input itself, one
                             launch a layer fewer (RL_CUDA_ATT_STAGE: 1 default, 0 Wo's own
                             staging launch); the same bits */

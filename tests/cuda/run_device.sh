@@ -413,6 +413,9 @@ persist_same() { # name model ids [MS]
 }
 if has pk; then
     say "== persistent decode kernel"
+    # its attention is flash_decode_block's: the tensor-core attention (on by default for grouped
+    # heads) turns it off, so these runs ask for the default kernel's
+    export RL_CUDA_ATT_MMA=0
     IDS_300=$(python3 -c "print(' '.join(str((i * 7919) % 30000 + 3) for i in range(300)))")
     IDS_300S=$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(300)))")
     persist_same "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_300S"
@@ -425,8 +428,10 @@ if has pk; then
         persist_same "$1 $2" "$f" "$IDS_300" 4
     done
     # and against the CPU, and the exact chunks (which keep the launch graph) against it
+    export RL_CUDA_PERSIST=1
     cmp_logits "tinyllama-1.1b Q4_0 (persistent)" "$M/tinyllama-1.1b-Q4_0.gguf" "$IDS_300" --exact
     chunks "tinyllama-1.1b Q4_0 (persistent S=1)" "$M/tinyllama-1.1b-Q4_0.gguf" "$(python3 -c "print(' '.join(str((i * 7919) % 30000 + 3) for i in range(37)))")"
+    unset RL_CUDA_PERSIST RL_CUDA_ATT_MMA
 fi
 if has fp; then # the fast prefill: cuBLAS present?, logits vs CPU, perplexity, pp512 speed
     say "== fast prefill"

@@ -330,9 +330,10 @@ static void test_prefill_attention(void) {
  * case runs twice: the block per head writing the plane, and the block per KV group
  * (RL_CUDA_ATT_GQA, where the heads are grouped) against the block per head, so the grouped
  * kernel's outputs, partials and merge are the per-head kernel's bits. Then, where the group's
- * heads fit tensor cores (RL_CUDA_ATT_MMA: 1-8 a group, hd 64 or 128), each of its variants
- * staged against itself unstaged, its last token against its one-token launch (byte for byte),
- * and its output within 1e-5 of the block per head's (1e-4 for a peaked softmax). */
+ * heads fit tensor cores (RL_CUDA_ATT_MMA: 2-8 a group, or 1 with bit 16; hd 64 or 128), each
+ * of its variants staged against itself unstaged, its last token against its one-token launch
+ * (byte for byte), and its output within 1e-5 of the block per head's (1e-4 for a peaked
+ * softmax). */
 static void test_att_stage(void) {
     const int cases[][7] = {/* n_head, n_head_kv, hd, tokens, pos, split, max_split (0: no widening) */
                             {32, 4, 64, 16, 20, 128, 0},   {32, 4, 64, 16, 300, 128, 0}, {8, 8, 128, 8, 3, 128, 0},
@@ -385,7 +386,15 @@ static void test_att_stage(void) {
             bool same = false, u = false;
             double dist = -1.0;
             for (size_t i = 0; i < nq; i++) qv[i] = q[i] * qscale[mv / 2];
-            CHECK(rl_cuda_test_att_stage(qv, kc, vc, nh, nkv, hd, nt, pos, split, msplit, RL_Q4_0, false, mv, &u,
+            /* first the knob's value without bit 16: plain heads (a group of one) stay off it */
+            if (mv == 1) {
+                CHECK(rl_cuda_test_att_stage(qv, kc, vc, nh, nkv, hd, nt, pos, split, msplit, RL_Q4_0, false, mv,
+                                             &u, &same, &dist, &e) == 0, "%s", e.msg);
+                CHECK(u == (nh / nkv >= 2 && nh / nkv <= 8 && (hd == 64 || hd == 128)), "attention, heads %d/%d, "
+                      "hd %d, RL_CUDA_ATT_MMA=1: tensor cores %s", nh, nkv, hd, u ? "used" : "not used");
+                CHECK(!u || same, "attention on tensor cores (1), heads %d/%d: plane or output differs", nh, nkv);
+            }
+            CHECK(rl_cuda_test_att_stage(qv, kc, vc, nh, nkv, hd, nt, pos, split, msplit, RL_Q4_0, false, mv | 16, &u,
                                          &same, &dist, &e) == 0, "%s", e.msg);
             CHECK(u == (nh / nkv <= 8 && (hd == 64 || hd == 128)), "attention, heads %d/%d, hd %d: "
                   "tensor cores %s", nh, nkv, hd, u ? "used" : "not used");
