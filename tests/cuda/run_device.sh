@@ -413,8 +413,8 @@ persist_same() { # name model ids [MS]
 }
 if has pk; then
     say "== persistent decode kernel"
-    # its attention is flash_decode_block's: the tensor-core attention (on by default for grouped
-    # heads) turns it off, so these runs ask for the default kernel's
+    # its attention is flash_decode_block's, so it steps aside where the tensor-core attention
+    # runs (by default on grouped heads): these runs ask for the block per head
     export RL_CUDA_ATT_MMA=0
     IDS_300=$(python3 -c "print(' '.join(str((i * 7919) % 30000 + 3) for i in range(300)))")
     IDS_300S=$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(300)))")
