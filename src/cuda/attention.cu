@@ -6,6 +6,7 @@
  * the unnormalised partial (max m, sum l, o[hd]); the last block of a head to finish (an atomic
  * ticket, not an atomic sum) merges the active splits in split order. A single active split
  * writes o / l directly. The same input gives the same bits. */
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <math.h>
 
@@ -507,9 +508,36 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  * current one (PF), 4 twice the warps a block (NW: 8 at hd 64 and 4 at hd 128, or 16 and 8),
  * which changes which warp sums which keys: every value is its own arithmetic, chunks = one
  * token under each; 8 (host) the launch with PDL where the graph has it; 16 plain heads too
- * (G = 1 fills one row of 8: the conversions still go to the product; slower at depth). f16
- * cache, G <= 8, hd 64 or 128. */
+ * (G = 1 fills one row of 8: the conversions still go to the product; slower at depth); 32
+ * (experimental, session 41, with 2 and 4 off) a (group, token)'s split blocks launched as one
+ * thread-block cluster (CL) where the grid has 2 to 16 splits: each block keeps its partials
+ * in its shared memory, and after a cluster barrier block s merges heads s, s + ns, .. by
+ * reading every split's partials through distributed shared memory, instead of writing them
+ * to L2, taking a ticket and the last block reading them back. The same sums in the same
+ * order as att_merge_group: the same bytes as without bit 32. f16 cache, G <= 8, hd 64 or
+ * 128. */
 #define AM_GMAX 8
+#define AM_CLMAX 16 /* a cluster's most blocks (non-portable above 8: Hopper allows 16) */
+
+/* the cluster barrier (sm_90 and later; the host launches clusters only where the device has
+ * them, so the older targets' copy never runs it) */
+__device__ __forceinline__ void am_cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#else
+    __trap();
+#endif
+}
+
+/* p (this block's shared memory) in the block of cluster rank r */
+__device__ __forceinline__ const float *am_peer(const float *p, int r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
+#else
+    __trap();
+    return p;
+#endif
+}
 
 static int am_nw(int hd, int mma) { return (hd <= 64 ? 8 : 4) * (mma & 4 ? 2 : 1); }
 
@@ -637,7 +665,7 @@ __device__ __forceinline__ void am_step(const am_tile<HD> &b, const uint32_t (*q
 }
 
 /* two blocks an SM where the registers allow (256 threads at hd 64, 128 at hd 128), else one */
-template <int HD, int NW, bool PF, bool ST>
+template <int HD, int NW, bool PF, bool ST, bool CL>
 __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_kernel(const rl_att_args a) {
     constexpr int NT = 32 * NW, NJ = am_tile<HD>::NJ, ND = am_tile<HD>::ND;
     extern __shared__ float sm[];
@@ -647,7 +675,13 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
     const int kvh = blockIdx.x, s = blockIdx.y, z = blockIdx.z, G = a.n_head / a.n_head_kv, h0 = kvh * G;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, tq = lane & 3;
     const int n_pos = a.io->pos + z + 1, S = rl_att_split_len(a.split, a.max_split, n_pos), p0 = s * S;
-    if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
+    if (p0 >= n_pos) { /* inactive split: the merge never reads it (a cluster's two barriers still count it) */
+        if constexpr (CL) {
+            am_cluster_sync();
+            am_cluster_sync();
+        }
+        return;
+    }
     const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S, nt16 = (np + 15) / 16;
     const size_t kv_dim = (size_t)a.n_head_kv * HD;
     float *wo = sm, *wm = wo + (NW * G * HD > 2 * G * a.n_split ? NW * G * HD : 2 * G * a.n_split);
@@ -745,9 +779,40 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
         if (ns == 1) {
             oz[(size_t)(h0 + i) * HD + d] = O / ML[2 * i + 1];
             if constexpr (ST) os[x] = O / ML[2 * i + 1];
+        } else if constexpr (CL) {
+            wo[x] = O; /* warp 0's slot of output x, read above by this thread alone */
         } else {
             pz[((size_t)(h0 + i) * a.n_split + s) * (HD + 2) + 2 + d] = O;
         }
+    }
+    if constexpr (CL) {
+        /* every split's partials (wo) and (M, L) (ML) visible to the cluster; then block s
+         * merges heads s, s + ns, .. from every split's shared memory in split order,
+         * att_merge_group's sums; a second barrier before any block leaves, so that none
+         * frees memory a peer still reads */
+        am_cluster_sync();
+        if (ns > 1) /* the cluster spans the grid's splits: split j is rank j */
+            for (int i = s; i < G; i += ns)
+                for (int d = t; d < HD; d += NT) {
+                    float M = -INFINITY, L = 0.0f, O = 0.0f;
+                    for (int j = 0; j < ns; j++) M = fmaxf(M, am_peer(ML, j)[2 * i]);
+                    for (int j = 0; j < ns; j++) {
+                        const float *mj = am_peer(ML, j);
+                        const float w = expf(mj[2 * i] - M);
+                        L = fmaf(mj[2 * i + 1], w, L);
+                        O = fmaf(am_peer(wo, j)[i * HD + d], w, O);
+                    }
+                    oz[(size_t)(h0 + i) * HD + d] = O / L;
+                    if constexpr (ST) os[i * HD + d] = O / L;
+                }
+        am_cluster_sync();
+        if constexpr (ST) {
+            if (ns == 1)
+                for (int i = warp; i < G; i += NW) att_stage_out(a, h0 + i, z, os + i * HD, lane);
+            else if (s < ns)
+                for (int i = s + warp * ns; i < G; i += NW * ns) att_stage_out(a, h0 + i, z, os + i * HD, lane);
+        }
+        return;
     }
     if (ns == 1) {
         if constexpr (ST) {
@@ -773,19 +838,37 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
     }
 }
 
-template <int HD, bool ST> static att_fn am_pick(int mma) {
+/* the grid's splits (y): at most max_split are ever active (the split widens past that), and a
+ * chunk's graph caps them by its band */
+static int att_ny(const rl_att_args *a) {
+    int ny = a->n_split < a->max_split ? a->n_split : a->max_split;
+    if (a->split_cap > 0 && a->split_cap < ny) ny = a->split_cap;
+    return ny;
+}
+
+/* bit 32: the split blocks as one cluster, where the grid's splits fit one (2 .. AM_CLMAX) */
+static bool am_cluster(const rl_att_args *a) {
+    const int ny = att_ny(a);
+    return (a->mma & 32) && !(a->mma & 6) && ny >= 2 && ny <= AM_CLMAX;
+}
+
+bool rl_att_mma_cluster(const rl_att_args *a) { return am_use(a) && am_cluster(a); }
+
+template <int HD, bool ST> static att_fn am_pick(int mma, bool cl) {
     constexpr int N0 = HD <= 64 ? 8 : 4;
+    if (cl) return flash_mma_kernel<HD, N0, false, ST, true>;
     switch (mma & 6) {
-    case 0: return flash_mma_kernel<HD, N0, false, ST>;
-    case 2: return flash_mma_kernel<HD, N0, true, ST>;
-    case 4: return flash_mma_kernel<HD, 2 * N0, false, ST>;
-    default: return flash_mma_kernel<HD, 2 * N0, true, ST>;
+    case 0: return flash_mma_kernel<HD, N0, false, ST, false>;
+    case 2: return flash_mma_kernel<HD, N0, true, ST, false>;
+    case 4: return flash_mma_kernel<HD, 2 * N0, false, ST, false>;
+    default: return flash_mma_kernel<HD, 2 * N0, true, ST, false>;
     }
 }
 
 static att_fn am_kernel(const rl_att_args *a) {
-    if (a->frag) return a->hd <= 64 ? am_pick<64, true>(a->mma) : am_pick<128, true>(a->mma);
-    return a->hd <= 64 ? am_pick<64, false>(a->mma) : am_pick<128, false>(a->mma);
+    const bool cl = am_cluster(a);
+    if (a->frag) return a->hd <= 64 ? am_pick<64, true>(a->mma, cl) : am_pick<128, true>(a->mma, cl);
+    return a->hd <= 64 ? am_pick<64, false>(a->mma, cl) : am_pick<128, false>(a->mma, cl);
 }
 
 int rl_attention_prepare(const rl_att_args *a) {
@@ -800,11 +883,22 @@ int rl_attention_prepare(const rl_att_args *a) {
     }
     /* the tensor-core kernel, where the knob would run it: every variant, sized for the widest */
     const size_t am_max = am_smem_nw(a, (size_t)am_nw(a->hd, 4));
-    if (am_fits(a) && am_max > 48 * 1024)
-        for (int v = 0; v < 8; v += 2)
-            for (att_fn f :
-                 {am_pick<64, false>(v), am_pick<128, false>(v), am_pick<64, true>(v), am_pick<128, true>(v)}) {
-                cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)am_max);
+    if (am_fits(a) && (a->mma & 32)) { /* clusters: sm_90 and later */
+        int dev = 0, has = 0;
+        cudaError_t err = cudaGetDevice(&dev);
+        if (err == cudaSuccess) err = cudaDeviceGetAttribute(&has, cudaDevAttrClusterLaunch, dev);
+        if (err != cudaSuccess) return (int)err;
+        if (!has) return (int)cudaErrorNotSupported;
+    }
+    if (am_fits(a))
+        for (int v = 0; v < (a->mma & 32 ? 10 : 8); v += 2) /* 8: the cluster variant */
+            for (att_fn f : {am_pick<64, false>(v, v == 8), am_pick<128, false>(v, v == 8),
+                             am_pick<64, true>(v, v == 8), am_pick<128, true>(v, v == 8)}) {
+                cudaError_t err = am_max > 48 * 1024
+                                      ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)am_max)
+                                      : cudaSuccess;
+                if (err == cudaSuccess && v == 8) /* clusters of up to 16 blocks */
+                    err = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
                 if (err != cudaSuccess) return (int)err;
             }
     if (!gqa_fits(a) || gqa_smem(a) <= 48 * 1024) return 0; /* the grouped chunk kernel, where it would run */
@@ -819,11 +913,10 @@ int rl_attention_prepare(const rl_att_args *a) {
 /* The split widening keeps at most max_split splits active at any position, so the grid needs no more:
  * v1 launched n_ctx / split blocks per head, most of which returned at once. */
 int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
-    int ny = a->n_split < a->max_split ? a->n_split : a->max_split;
-    if (a->split_cap > 0 && a->split_cap < ny) ny = a->split_cap;
+    const int ny = att_ny(a);
     if (am_use(a)) /* before the grouped chunk kernel: a chunk must be its tokens' one-token bits */
-        return rl_launch(am_kernel(a), dim3(a->n_head_kv, ny, a->n_tok > 1 ? a->n_tok : 1),
-                         dim3(32 * am_nw(a->hd, a->mma)), am_smem(a), st, pdl, *a);
+        return rl_launch_cl(am_kernel(a), dim3(a->n_head_kv, ny, a->n_tok > 1 ? a->n_tok : 1),
+                            dim3(32 * am_nw(a->hd, a->mma)), am_smem(a), st, pdl, am_cluster(a) ? ny : 0, *a);
     if (rl_att_gqa(a))
         return rl_launch(gqa_kernel(a), dim3(a->n_head_kv, ny, a->n_tok), dim3(GQ_THREADS), gqa_smem(a), st, pdl, *a);
     dim3 grid(a->n_head, ny, a->n_tok > 1 ? a->n_tok : 1);

@@ -193,7 +193,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         /* a KV group's heads on tensor cores (attention.cu), grouped heads only unless bit 16 (H100,
          * docs/PERF.md v2.38: TinyLlama and 8B +4-7% at depth 4096 and S=16, Llama-2-7B's plain
          * heads -4% and -10%) */
-        knob("RL_CUDA_ATT_MMA", 1, 0, 31, &k->att_mma, e) ||
+        knob("RL_CUDA_ATT_MMA", 1, 0, 63, &k->att_mma, e) ||
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
@@ -1067,6 +1067,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         t.n_split = c->n_split;
         t.split = c->knobs.att_split;
         t.max_split = c->knobs.att_max_split;
+        t.mma = c->knobs.att_mma; /* bit 32 asks for cluster launches */
         size_t smem = rl_attention_smem(&t);
         if (smem > (size_t)p.sharedMemPerBlockOptin)
             return rl_fail(e, "CUDA: a context of %zu tokens needs %zu bytes of attention shared "
@@ -1415,7 +1416,7 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         t1.frag = rl_mvx_plane(&w1, &t1.frag_k8);
         t1.gqa = gqa;
         t1.mma = mma;
-        *used = mma ? rl_att_mma(&t1) : rl_att_gqa(&t1);
+        *used = mma ? (mma & 32 ? rl_att_mma_cluster(&t1) : rl_att_mma(&t1)) : rl_att_gqa(&t1);
         t2.out = o2;
         t2.gqa = false;
         t2.mma = mma; /* the tensor-core kernel is its own bits: staged against itself unstaged */
@@ -1442,6 +1443,13 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
                 cudaMemcpy(y2, o2, (size_t)qd * 4, cudaMemcpyDeviceToHost))
                 rc = rl_fail(e, "CUDA: attention test failed: %s", cudaGetErrorString(cudaGetLastError()));
             *same = *same && !rc && !memcmp(y1 + (size_t)(nt - 1) * qd * 4, y2, (size_t)qd * 4);
+            if (!rc && (mma & 32)) { /* the clusters' merge: the bytes of the ticket's */
+                t2.mma = mma & ~32;
+                if (rl_attention_launch(&t2, false, 0) || cudaDeviceSynchronize() ||
+                    cudaMemcpy(y2, o2, nq * 4, cudaMemcpyDeviceToHost))
+                    rc = rl_fail(e, "CUDA: attention test failed: %s", cudaGetErrorString(cudaGetLastError()));
+                *same = *same && !rc && !memcmp(y1, y2, nq * 4);
+            }
             /* and against the block per head: max |a - b| / max |b|, a NaN anywhere sticking */
             t2.mma = 0;
             if (!rc && (rl_attention_launch(&t2, false, 0) || cudaDeviceSynchronize() ||

@@ -37,21 +37,37 @@ template <bool CG, typename U> __device__ __forceinline__ U rl_ld_cg(const U *p)
     else return *p;
 }
 
-/* Launches kernel f with the programmatic-serialization attribute when pdl is set; cudaError_t. */
+/* Launches kernel f with the programmatic-serialization attribute when pdl is set, and in
+ * thread-block clusters of cl_y blocks along y when cl_y > 0 (grid.y a multiple); cudaError_t. */
 template <typename... P, typename... A>
-static inline int rl_launch(void (*f)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                            bool pdl, A... args) {
+static inline int rl_launch_cl(void (*f)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+                               int cl_y, A... args) {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute at[2];
+    unsigned n = 0;
+    if (pdl) {
+        at[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cl_y > 0) {
+        at[n].id = cudaLaunchAttributeClusterDimension;
+        at[n].val.clusterDim.x = 1;
+        at[n].val.clusterDim.y = (unsigned)cl_y;
+        at[n++].val.clusterDim.z = 1;
+    }
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
     cfg.attrs = at;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = n;
     return (int)cudaLaunchKernelEx(&cfg, f, args...);
+}
+
+template <typename... P, typename... A>
+static inline int rl_launch(void (*f)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
+                            A... args) {
+    return rl_launch_cl(f, grid, block, smem, st, pdl, 0, args...);
 }
 
 /* Tokens per launch of the exact chunked prefill: 1 (decoding), 4, 8 or 16. */
@@ -173,8 +189,10 @@ struct rl_cuda_knobs {
     int att_mma;         /* the flash decode on tensor cores, a KV group a block (RL_CUDA_ATT_MMA:
                             default 1; bit 1 decoding and exact chunks of grouped heads, f16
                             cache, 2-8 heads a group, hd 64 or 128; 2 the next tile's loads
-                            ahead; 4 twice the warps; 8 launched with PDL; 16 plain heads too);
-                            not the block per head's bits, chunks = one token */
+                            ahead; 4 twice the warps; 8 launched with PDL; 16 plain heads too;
+                            32 a token's split blocks as one cluster, merging through
+                            distributed shared memory: the same bytes as without it); not the
+                            block per head's bits, chunks = one token */
     int att_stage;       /* in such a chunk the flash decode writes Wo's int8 input itself, one
                             launch a layer fewer (RL_CUDA_ATT_STAGE: 1 default, 0 Wo's own
                             staging launch); the same bits */
@@ -329,6 +347,8 @@ int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
 bool rl_att_gqa(const rl_att_args *a);
 /* whether a launch runs the group's heads on tensor cores (a.mma set, its shapes) */
 bool rl_att_mma(const rl_att_args *a);
+/* and whether it runs as clusters of split blocks (RL_CUDA_ATT_MMA bit 32) */
+bool rl_att_mma_cluster(const rl_att_args *a);
 /* Dynamic shared memory of one flash-decode block (a.hd, split_max), and the limit of the
  * kernels for that head size (f16 and q8 cache; the block per KV group's too, which also needs
  * n_split) raised to it (at open: never inside a capture); cudaError_t. */
