@@ -310,7 +310,8 @@ amma)
   # warps, 8 launched with PDL: 15's bits are 7's). Not the default kernel's bits: under each
   # value its chunks must be its one-token bytes, and its logits near the default's (--exact:
   # fp32 activations, no int8 rounding flips to cascade). SKIPBITS / SKIPPERF as apre;
-  # CHUNKS="tl 8b", AMMA_V="1 3 5 7 15" (17: a plain model's heads too), AMMA_N="300 4200"; 1 is
+  # CHUNKS="tl 8b", AMMA_V="1 3 5 7 15" (17: a plain model's heads too; 33: clusters, 2-16
+  # splits: with RL_CUDA_ATT_MAXSPLIT=16 exported for every run), AMMA_N="300 4200"; 1 is
   # the default since session 41, so every comparison is against RL_CUDA_ATT_MMA=0 (the block
   # per head)
   F=${CHUNKS:-tl 8b}; models $F; AV=${AMMA_V-1 3 5 7 15}
