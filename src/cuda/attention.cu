@@ -854,6 +854,21 @@ static bool am_cluster(const rl_att_args *a) {
 
 bool rl_att_mma_cluster(const rl_att_args *a) { return am_use(a) && am_cluster(a); }
 
+int rl_att_mma_knob(int mma) {
+    if (!(mma & 32)) return mma;
+    int dev = 0, has = 0;
+    cudaFuncAttributes fa;
+    /* ptxVersion: the virtual architecture the loaded code came from (a GPU newer than the
+     * build's sm_90a runs the compute_80 PTX, whose cluster calls trap) */
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&has, cudaDevAttrClusterLaunch, dev) != cudaSuccess ||
+        !has || cudaFuncGetAttributes(&fa, flash_mma_kernel<64, 8, false, false, true>) != cudaSuccess ||
+        fa.ptxVersion < 90) {
+        (void)cudaGetLastError(); /* a failed query is an answer, not an error to carry */
+        return mma & ~32;
+    }
+    return mma;
+}
+
 template <int HD, bool ST> static att_fn am_pick(int mma, bool cl) {
     constexpr int N0 = HD <= 64 ? 8 : 4;
     if (cl) return flash_mma_kernel<HD, N0, false, ST, true>;
@@ -883,13 +898,6 @@ int rl_attention_prepare(const rl_att_args *a) {
     }
     /* the tensor-core kernel, where the knob would run it: every variant, sized for the widest */
     const size_t am_max = am_smem_nw(a, (size_t)am_nw(a->hd, 4));
-    if (am_fits(a) && (a->mma & 32)) { /* clusters: sm_90 and later */
-        int dev = 0, has = 0;
-        cudaError_t err = cudaGetDevice(&dev);
-        if (err == cudaSuccess) err = cudaDeviceGetAttribute(&has, cudaDevAttrClusterLaunch, dev);
-        if (err != cudaSuccess) return (int)err;
-        if (!has) return (int)cudaErrorNotSupported;
-    }
     if (am_fits(a))
         for (int v = 0; v < (a->mma & 32 ? 10 : 8); v += 2) /* 8: the cluster variant */
             for (att_fn f : {am_pick<64, false>(v, v == 8), am_pick<128, false>(v, v == 8),

@@ -1043,6 +1043,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     CK(cudaSetDevice(0));
     c->n_sm = p.multiProcessorCount;
     if (p.major < 9) c->knobs.pdl = c->knobs.mvb = 0; /* griddepcontrol, cp.async.bulk: sm_90+ */
+    c->knobs.att_mma = rl_att_mma_knob(c->knobs.att_mma); /* clusters: sm_90 code on a device with them */
     c->n_ctx = o->n_ctx ? o->n_ctx : (cfg->n_ctx_train < 4096 ? cfg->n_ctx_train : 4096);
     c->q_dim = cfg->n_head * cfg->head_dim;
     c->kv_dim = cfg->n_head_kv * cfg->head_dim;
@@ -1320,6 +1321,8 @@ extern "C" int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t ro
 
 extern "C" bool rl_cuda_has_q8(uint32_t type) { return rl_mv_q8(type); }
 
+extern "C" bool rl_cuda_att_clusters(void) { return rl_att_mma_knob(32) == 32; }
+
 extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e) {
     float *dv = NULL;
     int32_t *dout = NULL;
@@ -1367,6 +1370,8 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
     rl_cuda_knobs k;
     if (read_knobs(&k, e)) return -1;
     k.pdl = 0; /* lone launches on the legacy stream */
+    const int asked = mma; /* bit 32 asked for: *used says whether clusters ran */
+    mma = rl_att_mma_knob(mma);
     float *o1 = NULL, *o2 = NULL, *part = NULL;
     uint8_t *s1 = NULL, *s2 = NULL;
     int *cnt = NULL;
@@ -1416,7 +1421,7 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         t1.frag = rl_mvx_plane(&w1, &t1.frag_k8);
         t1.gqa = gqa;
         t1.mma = mma;
-        *used = mma ? (mma & 32 ? rl_att_mma_cluster(&t1) : rl_att_mma(&t1)) : rl_att_gqa(&t1);
+        *used = mma ? (asked & 32 ? rl_att_mma_cluster(&t1) : rl_att_mma(&t1)) : rl_att_gqa(&t1);
         t2.out = o2;
         t2.gqa = false;
         t2.mma = mma; /* the tensor-core kernel is its own bits: staged against itself unstaged */

@@ -349,6 +349,9 @@ bool rl_att_gqa(const rl_att_args *a);
 bool rl_att_mma(const rl_att_args *a);
 /* and whether it runs as clusters of split blocks (RL_CUDA_ATT_MMA bit 32) */
 bool rl_att_mma_cluster(const rl_att_args *a);
+/* an RL_CUDA_ATT_MMA value as this device runs it: bit 32 cleared where the device has no
+ * cluster launch or the loaded kernel is not sm_90 code */
+int rl_att_mma_knob(int mma);
 /* Dynamic shared memory of one flash-decode block (a.hd, split_max), and the limit of the
  * kernels for that head size (f16 and q8 cache; the block per KV group's too, which also needs
  * n_split) raised to it (at open: never inside a capture); cudaError_t. */

@@ -37,6 +37,9 @@ int rl_cuda_test_matvec_pair(uint32_t type, const void *w, size_t rows, size_t r
                              const float *norm_w, float eps, bool fast, float *y, int *launches, rl_err *e);
 /* Whether the type's GPU matvec has the 8-bit-activation path. */
 bool rl_cuda_has_q8(uint32_t type);
+/* Whether the attention's split blocks can run as clusters here (RL_CUDA_ATT_MMA bit 32: sm_90
+ * code on a device with cluster launch). */
+bool rl_cuda_att_clusters(void);
 /* The fast prefill's causal attention: n_tok queries at positions pos0.. (q: [n_tok][n_head *
  * hd] fp32, roped) over an f16 cache of pos0 + n_tok positions (kc, vc: [pos][n_head_kv * hd]
  * fp16 bits); out: [n_tok][n_head * hd] fp16 bits. mma: the tensor-core kernel where it applies
@@ -52,7 +55,7 @@ int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc, const uin
  * *same says that the outputs and the two fragment planes are equal byte for byte. gqa: the
  * first run as the block per KV group where it applies (*used says whether it did). mma (an
  * RL_CUDA_ATT_MMA value, 0 none): both runs on tensor cores where that applies (*used; with
- * bit 32, where the split blocks run as clusters); *same then also says that the chunk's last
+ * bit 32, where the split blocks run as clusters, never where rl_cuda_att_clusters() is false); *same then also says that the chunk's last
  * token is the bytes of its one-token launch (with bit 32: and the output that of the same
  * value without it), and *dist
  * is the output's max |a - b| / max |b| against the block per head (-1 where not run). The

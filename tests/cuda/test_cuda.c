@@ -333,16 +333,19 @@ static void test_prefill_attention(void) {
  * heads fit tensor cores (RL_CUDA_ATT_MMA: 2-8 a group, or 1 with bit 16; hd 64 or 128), each
  * of its variants staged against itself unstaged, its last token against its one-token launch
  * (byte for byte), and its output within 1e-5 of the block per head's (1e-4 for a peaked
- * softmax); with bit 32, where the grid has 2-16 splits (up to 16 with widening past them),
- * its split blocks as clusters: byte for byte the output of the ticket's merge. */
+ * softmax); with bit 32, where the grid has 2-16 splits (16 also with widening past them, and
+ * two where a chunk's first tokens have one active split), its split blocks as clusters: byte
+ * for byte the output of the ticket's merge. */
 static void test_att_stage(void) {
     const int cases[][7] = {/* n_head, n_head_kv, hd, tokens, pos, split, max_split (0: no widening) */
                             {32, 4, 64, 16, 20, 128, 0},   {32, 4, 64, 16, 300, 128, 0}, {8, 8, 128, 8, 3, 128, 0},
                             {8, 8, 128, 16, 200, 64, 0},   {6, 2, 96, 4, 50, 32, 0},     {4, 1, 256, 16, 90, 128, 0},
                             {32, 8, 128, 16, 500, 128, 0}, {32, 4, 64, 16, 900, 128, 2}, {12, 4, 64, 8, 600, 32, 3},
                             {16, 2, 128, 4, 130, 128, 0},  {28, 4, 128, 16, 260, 128, 20},
-                            {32, 4, 64, 4, 2040, 128, 16}, {32, 8, 128, 8, 2100, 128, 16}};
+                            {32, 4, 64, 4, 2040, 128, 16}, {32, 8, 128, 8, 2100, 128, 16},
+                            {32, 4, 64, 16, 120, 128, 0}};
     int ran_gqa = 0, ran_mma = 0, ran_cl = 0;
+    const bool clusters = rl_cuda_att_clusters(); /* sm_90 code on a device with cluster launch */
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], nt = cases[ci][3], pos = cases[ci][4],
                   split = cases[ci][5], msplit = cases[ci][6];
@@ -400,8 +403,8 @@ static void test_att_stage(void) {
                 const int n_all = (pos + nt + split - 1) / split, ny = msplit > 0 && msplit < n_all ? msplit : n_all;
                 CHECK(rl_cuda_test_att_stage(qv, kc, vc, nh, nkv, hd, nt, pos, split, msplit, RL_Q4_0, false, 1 | 16 | 32,
                                              &u, &same, &dist, &e) == 0, "%s", e.msg);
-                CHECK(u == (nh / nkv <= 8 && (hd == 64 || hd == 128) && ny >= 2 && ny <= 16), "attention, heads "
-                      "%d/%d, hd %d, %d splits: clusters %s", nh, nkv, hd, ny, u ? "used" : "not used");
+                CHECK(u == (clusters && nh / nkv <= 8 && (hd == 64 || hd == 128) && ny >= 2 && ny <= 16),
+                      "attention, heads %d/%d, hd %d, %d splits: clusters %s", nh, nkv, hd, ny, u ? "used" : "not used");
                 CHECK(!u || same, "attention on tensor cores in clusters, heads %d/%d, hd %d, %d tokens at %d, %d "
                       "splits: not the bytes of the ticket's merge, or of its one-token launch", nh, nkv, hd, nt, pos,
                       ny);
@@ -431,9 +434,10 @@ static void test_att_stage(void) {
         free(kc);
         free(vc);
     }
-    CHECK(ran_gqa == 10, "the block per KV group ran in %d cases", ran_gqa);
-    CHECK(ran_mma == 44, "the tensor-core kernel ran in %d cases and variants", ran_mma);
-    CHECK(ran_cl == 9, "the tensor-core kernel ran in clusters in %d cases", ran_cl);
+    CHECK(ran_gqa == 11, "the block per KV group ran in %d cases", ran_gqa);
+    CHECK(ran_mma == 48, "the tensor-core kernel ran in %d cases and variants", ran_mma);
+    CHECK(ran_cl == (clusters ? 10 : 0), "the tensor-core kernel ran in clusters in %d cases", ran_cl);
+    if (!clusters) printf("  attention clusters: not on this device or build (their checks ran as not used)\n");
 }
 
 int main(void) {
