@@ -55,10 +55,10 @@ int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc, const uin
  * *same says that the outputs and the two fragment planes are equal byte for byte. gqa: the
  * first run as the block per KV group where it applies (*used says whether it did). mma (an
  * RL_CUDA_ATT_MMA value, 0 none): both runs on tensor cores where that applies (*used; with
- * bit 32, where the split blocks run as clusters, never where rl_cuda_att_clusters() is false); *same then also says that the chunk's last
- * token is the bytes of its one-token launch (with bit 32: and the output that of the same
- * value without it), and *dist
- * is the output's max |a - b| / max |b| against the block per head (-1 where not run). The
+ * bit 32, where the split blocks run as clusters, never where rl_cuda_att_clusters() is
+ * false); *same then also says that the chunk's last token is the bytes of its one-token
+ * launch (with bit 32: and the output that of the same value without it), and *dist is the
+ * output's max |a - b| / max |b| against the block per head (-1 where not run). The
  * device cache has 16 rows of f16 NaN past the chunk, which no kernel may read. hd % 32 == 0. */
 int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv, int hd,
                            int nt, int pos, int split, int max_split, uint32_t type, bool gqa, int mma, bool *used,
