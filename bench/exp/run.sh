@@ -328,6 +328,9 @@ print('max rel %.2e, argmax %d/%d'%((np.abs(a-b).max(1)/np.abs(b).max(1)).max(),
           L=; for b in 1 16; do RL_CUDA_ATT_MMA=$v xlg $M /tmp/am-$v-$b.bin $b "$ids"; L="$L /tmp/am-$v-$b.bin"; done
           same "$n ids, RL_CUDA_ATT_MMA=$v: -b 1 = -b 16" $L
           echo "$f $n ids: MMA=$v against the default kernel (fast): $(near /tmp/am-0.bin /tmp/am-$v-1.bin $n)"; done
+        # bit 32 (clusters) changes no byte: v against v without it, where both ran
+        for v in $AV; do w=$((v & ~32)); [ $((v & 32)) = 0 ] || [ ! -f /tmp/am-$w-1.bin ] ||
+          same "$n ids: RL_CUDA_ATT_MMA=$v = $w" /tmp/am-$w-1.bin /tmp/am-$v-1.bin; done
         rm -f /tmp/am-*.bin; done
       # fp32 activations: the distance the kernel's own arithmetic makes (no int8 flips)
       ids=$(seq 1 300 | tr '\n' ' '); ex=--exact
