@@ -251,9 +251,7 @@ __device__ __forceinline__ void att_merge_group(const float *pz, int h0, int n_s
 #pragma unroll
             for (int j = 0; j < MC; j++) {
                 if (j0 + j >= ns) break;
-                const float w = expf(mi[2 * (j0 + j)] - M[k]);
-                L[k] = fmaf(mi[2 * (j0 + j) + 1], w, L[k]);
-                O[k] = fmaf(oq[k][j], w, O[k]);
+                merge_term(mi[2 * (j0 + j)], mi[2 * (j0 + j) + 1], oq[k][j], M[k], L[k], O[k]);
             }
         }
     }
@@ -798,9 +796,7 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
                     for (int j = 0; j < ns; j++) M = fmaxf(M, am_peer(ML, j)[2 * i]);
                     for (int j = 0; j < ns; j++) {
                         const float *mj = am_peer(ML, j);
-                        const float w = expf(mj[2 * i] - M);
-                        L = fmaf(mj[2 * i + 1], w, L);
-                        O = fmaf(am_peer(wo, j)[i * HD + d], w, O);
+                        merge_term(mj[2 * i], mj[2 * i + 1], am_peer(wo, j)[i * HD + d], M, L, O);
                     }
                     oz[(size_t)(h0 + i) * HD + d] = O / L;
                     if constexpr (ST) os[i * HD + d] = O / L;

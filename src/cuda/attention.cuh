@@ -80,11 +80,20 @@ __device__ __forceinline__ void dot8(const float *qq, const float2 f[4], float &
     acc1 = fmaf(qq[7], f[3].y, acc1);
 }
 
+/* One split's term of a merge: its (m, l) and unnormalised value o, weighted by exp(m - M) into
+ * L and O. Every merge (merge_splits, att_merge_group, the clusters' merge) adds its splits
+ * through this, in split order, so that they give the same bits. */
+__device__ __forceinline__ void merge_term(float m, float l, float o, float M, float &L, float &O) {
+    const float w = expf(m - M);
+    L = fmaf(l, w, L);
+    O = fmaf(o, w, O);
+}
+
 /* The merge of splits [c0, c0 + n) of one output dimension d, in split order: split c0 + j's
  * (m, l) at ml[2j], ml[2j + 1] (shared memory), its unnormalised value at ph[(c0 + j) (hd + 2) +
  * 2 + d] (the head's partials, written by other blocks of the launch: from L2), MC loads a
  * batch; adds to L and O, M being every split's max. (attention.cu's att_merge_group does the
- * same sums for several outputs a thread, their loads in one batch: keep the two alike.) */
+ * same sums for several outputs a thread, their loads in one batch.) */
 template <int MC>
 __device__ __forceinline__ void merge_splits(const float *ml, const float *ph, int c0, int hd, int d, int n, float M,
                                              float &L, float &O) {
@@ -95,9 +104,7 @@ __device__ __forceinline__ void merge_splits(const float *ml, const float *ph, i
 #pragma unroll
         for (int j = 0; j < MC; j++) {
             if (j0 + j >= n) break;
-            const float w = expf(ml[2 * (j0 + j)] - M);
-            L = fmaf(ml[2 * (j0 + j) + 1], w, L);
-            O = fmaf(oq[j], w, O);
+            merge_term(ml[2 * (j0 + j)], ml[2 * (j0 + j) + 1], oq[j], M, L, O);
         }
     }
 }

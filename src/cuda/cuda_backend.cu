@@ -1341,9 +1341,8 @@ extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_er
 
 /* The attention test hooks' common part: q ([nq] fp32) and the f16 cache (k and v, [nkv] each)
  * uploaded into a->q, a->kc, a->vc (the caller frees them, also after a failure), a's head shape
- * set and the rest zero. */
-/* tail: cache values past the nkv given, f16 NaN (0x7e7e), which no kernel may read: rows past a
- * token's position are masked, never multiplied by a zero weight */
+ * set and the rest zero. tail: cache values past the nkv given, f16 NaN (0x7e7e), which no
+ * kernel may read: rows past a token's position are masked, never multiplied by a zero weight. */
 static int att_test_setup(rl_att_args *a, const float *q, const uint16_t *kc, const uint16_t *vc, size_t nq, size_t nkv,
                           size_t tail, int n_head, int n_head_kv, int hd) {
     memset(a, 0, sizeof *a);
@@ -1355,6 +1354,14 @@ static int att_test_setup(rl_att_args *a, const float *q, const uint16_t *kc, co
         cudaMemcpy(a->vc, vc, nkv * 2, cudaMemcpyHostToDevice) || cudaMemset(a->kc + nkv, 0x7e, tail * 2) ||
         cudaMemset(a->vc + nkv, 0x7e, tail * 2))
         return -1;
+    return 0;
+}
+
+/* One launch of a test's attention, its first bytes of output copied to y (host). */
+static int att_test_run(const rl_att_args *t, void *y, size_t bytes, rl_err *e) {
+    if (rl_attention_launch(t, false, 0) || cudaDeviceSynchronize() ||
+        cudaMemcpy(y, t->out, bytes, cudaMemcpyDeviceToHost))
+        return rl_fail(e, "CUDA: attention test failed: %s", cudaGetErrorString(cudaGetLastError()));
     return 0;
 }
 
@@ -1444,22 +1451,16 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
             t3.n_tok = 1;
             t3.q = t.q + (size_t)(nt - 1) * qd;
             t3.io = io + 1;
-            if (rl_attention_launch(&t3, false, 0) || cudaDeviceSynchronize() ||
-                cudaMemcpy(y2, o2, (size_t)qd * 4, cudaMemcpyDeviceToHost))
-                rc = rl_fail(e, "CUDA: attention test failed: %s", cudaGetErrorString(cudaGetLastError()));
+            rc = att_test_run(&t3, y2, (size_t)qd * 4, e);
             *same = *same && !rc && !memcmp(y1 + (size_t)(nt - 1) * qd * 4, y2, (size_t)qd * 4);
             if (!rc && (mma & 32)) { /* the clusters' merge: the bytes of the ticket's */
                 t2.mma = mma & ~32;
-                if (rl_attention_launch(&t2, false, 0) || cudaDeviceSynchronize() ||
-                    cudaMemcpy(y2, o2, nq * 4, cudaMemcpyDeviceToHost))
-                    rc = rl_fail(e, "CUDA: attention test failed: %s", cudaGetErrorString(cudaGetLastError()));
+                rc = att_test_run(&t2, y2, nq * 4, e);
                 *same = *same && !rc && !memcmp(y1, y2, nq * 4);
             }
             /* and against the block per head: max |a - b| / max |b|, a NaN anywhere sticking */
             t2.mma = 0;
-            if (!rc && (rl_attention_launch(&t2, false, 0) || cudaDeviceSynchronize() ||
-                        cudaMemcpy(y2, o2, nq * 4, cudaMemcpyDeviceToHost)))
-                rc = rl_fail(e, "CUDA: attention test failed: %s", cudaGetErrorString(cudaGetLastError()));
+            if (!rc) rc = att_test_run(&t2, y2, nq * 4, e);
             double dmax = 0.0, bmax = 0.0;
             for (size_t i = 0; !rc && i < nq; i++) {
                 const double a = ((const float *)y1)[i], b = ((const float *)y2)[i];
