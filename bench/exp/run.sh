@@ -311,7 +311,8 @@ amma)
   # value its chunks must be its one-token bytes, and its logits near the default's (--exact:
   # fp32 activations, no int8 rounding flips to cascade). SKIPBITS / SKIPPERF as apre;
   # CHUNKS="tl 8b", AMMA_V="1 3 5 7 15" (17: a plain model's heads too; 33: clusters, 2-16
-  # splits: with RL_CUDA_ATT_MAXSPLIT=16 exported for every run), AMMA_N="300 4200"; 1 is
+  # splits: with RL_CUDA_ATT_MAXSPLIT=16 exported for every run), AMMA_N="300 4200", AMMA_D="0
+  # 4096" (the speed's depths); 1 is
   # the default since session 41, so every comparison is against RL_CUDA_ATT_MMA=0 (the block
   # per head)
   F=${CHUNKS:-tl 8b}; models $F; AV=${AMMA_V-1 3 5 7 15}
@@ -346,7 +347,7 @@ print('max rel %.2e, argmax %d/%d'%((np.abs(a-b).max(1)/np.abs(b).max(1)).max(),
   # rel A B: B against A in percent
   rel() { python3 -c "print('%+.1f%%'%(100*($2/$1-1)) if $1 else 'n/a')"; }
   for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do
-    for d in 0 4096; do set -- $(RL_CUDA_ATT_MMA=0 tgd $M "-d $d" $f); line="$f r$r tg128 d$d | 0: $1 ± $2"; b0=$1
+    for d in ${AMMA_D:-0 4096}; do set -- $(RL_CUDA_ATT_MMA=0 tgd $M "-d $d" $f); line="$f r$r tg128 d$d | 0: $1 ± $2"; b0=$1
       for v in $AV; do set -- $(RL_CUDA_ATT_MMA=$v tgd $M "-d $d" $f); line="$line | $v: $1 ± $2 ($(rel $b0 $1))"; done
       echo "$line"; done
     set -- $(RL_CUDA_ATT_MMA=0 pp $M "-c 4096" $f 512); line="$f r$r S=16/512 -c 4096 | 0: $1 ± $2"; b0=$1
