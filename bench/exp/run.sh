@@ -41,6 +41,8 @@
 #                                      first key and value rows copied before its PDL wait, against
 #                                      main: SKIPPERF=1 bits and sanitizer, SKIPBITS=1 tg128 at d0 /
 #                                      d4096 and S=16 (two calls; CHUNKS)
+#   bash bench/exp/run.sh cfg          knob settings side by side (CFGS, CFG_D, CHUNKS, ROUNDS): tg128
+#                                      at depths and S=16, percent against the first setting
 #   bash bench/exp/run.sh amma         RL_CUDA_ATT_MMA (session 40): the group's flash decode on tensor cores
 #                                      under each AMMA_V value: chunks = one token and near the default
 #                                      (fast and --exact), tg128 d0 / d4096 and S=16 against the default
@@ -441,6 +443,21 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
-*) echo "unknown mode $MODE (models, table, amma, amprof, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
+cfg)
+  # knob settings side by side (session 42): each CFGS entry "LABEL:VAR=V,VAR=V" (LABEL: no
+  # knobs set), tg128 at each CFG_D depth ("0 4096") and S=16 over 512 ids (-c 4096; CFG_S16=0
+  # leaves it out), one line per file and depth with every entry's percent against the first,
+  # ROUNDS rounds, on CHUNKS ("tl 8b")
+  F=${CHUNKS:-tl 8b}; models $F
+  rel() { python3 -c "print('%+.1f%%'%(100*($2/$1-1)) if $1 else 'n/a')"; }
+  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do
+    for d in ${CFG_D:-0 4096} $([ "${CFG_S16:-1}" = 0 ] || echo S16); do
+      line="$f r$r $([ $d = S16 ] && echo "S=16/512 -c 4096" || echo "tg128 d$d")"; b0=
+      for c in $CFGS; do e=${c#*:}; [ "$e" != "$c" ] || e=
+        set -- $([ -z "$e" ] || export $(echo $e | tr , ' '); [ $d = S16 ] && pp $M "-c 4096" $f 512 || tgd $M "-d $d" $f)
+        line="$line | ${c%%:*}: $1 ± $2$([ -z "$b0" ] || echo " ($(rel $b0 $1))")"; b0=${b0:-$1}; done
+      echo "$line"; done
+  done; done ;;
+*) echo "unknown mode $MODE (models, table, cfg, amma, amprof, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

@@ -72,6 +72,9 @@ struct rl_cuda {
     int32_t *h_amax;  /* pinned */
     cudaStream_t st;
     cudaGraphExec_t graph; /* one token */
+    /* one token whose position has at most 1, 2, 4, 8, 16 attention splits (RL_CUDA_ATT_BANDS),
+     * captured at first use: the grid holds no idle split blocks, and clusters fit it */
+    cudaGraphExec_t dgraph[CHUNK_BANDS - 1];
     /* the one-token graph's kernels, as its report gives them; capturing other graphs
      * (chunks, the profile) saves and restores them */
     struct {
@@ -194,6 +197,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
          * docs/PERF.md v2.38: TinyLlama and 8B +4-7% at depth 4096 and S=16, Llama-2-7B's plain
          * heads -4% and -10%) */
         knob("RL_CUDA_ATT_MMA", 1, 0, 63, &k->att_mma, e) ||
+        knob("RL_CUDA_ATT_BANDS", 1, 0, 1, &k->att_bands, e) || /* decoding's graphs by splits (dgraph) */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
@@ -587,6 +591,8 @@ static void cuda_free(void *impl) {
     free(c->pk_trace_file);
     if (c->pk_trace) cudaFree(c->pk_trace);
     if (c->graph) cudaGraphExecDestroy(c->graph);
+    for (cudaGraphExec_t g : c->dgraph)
+        if (g) cudaGraphExecDestroy(g);
     for (auto &gs : c->cgraph)
         for (auto &gb : gs)
             for (cudaGraphExec_t g : gb)
@@ -937,12 +943,18 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
                 break;
             }
         const bool all = logits && all_logits;
-        const int band = gi >= 0 ? chunk_band(c, pos + s, ns) : 0;
-        if (gi >= 0 && !c->cgraph[all][gi][band]) {
+        const int band = chunk_band(c, pos + s, ns);
+        /* one token: the band's own graph where it holds fewer splits than the whole one (not
+         * the persistent kernel's, whose grid is not the attention's) */
+        cudaGraphExec_t *dg = gi < 0 && c->knobs.att_bands && !c->pk_on && !c->prof_on &&
+                                      band < CHUNK_BANDS - 1 && (1 << band) < c->n_split
+                                  ? &c->dgraph[band]
+                                  : NULL;
+        cudaGraphExec_t *g = gi >= 0 ? &c->cgraph[all][gi][band] : dg;
+        if (g && !*g) {
             const auto cnt = c->n; /* the report keeps the one-token count */
-            int rc = capture_into(c, &c->cgraph[all][gi][band], (int)ns, all ? (int)ns : 1,
-                                  band < CHUNK_BANDS - 1 ? 1 << band : c->n_split, e);
-            if (!rc) c->chunk_launches[gi] = c->n.launches;
+            int rc = capture_into(c, g, (int)ns, all ? (int)ns : 1, band < CHUNK_BANDS - 1 ? 1 << band : c->n_split, e);
+            if (!rc && gi >= 0) c->chunk_launches[gi] = c->n.launches;
             c->n = cnt;
             if (rc) return -1;
         }
@@ -950,7 +962,7 @@ static int cuda_forward(void *impl, const int32_t *tokens, size_t S, size_t pos,
         h->pos = (int32_t)(pos + s);
         for (size_t i = 0; i < ns; i++) h->toks[i] = tokens[s + i];
         CK(cudaMemcpyAsync(c->io, h, sizeof *h, cudaMemcpyHostToDevice, c->st));
-        CK(cudaGraphLaunch(gi >= 0 ? c->cgraph[all][gi][band] : c->prof_on ? c->pgraph : c->graph, c->st));
+        CK(cudaGraphLaunch(g ? *g : c->prof_on ? c->pgraph : c->graph, c->st));
         if (c->prof_on && prof_collect(c, &c->gm, pos + s, e)) return -1;
         if (logits && (all_logits || s + ns == S)) {
             size_t first = all_logits ? 0 : ns - 1; /* every row, or the last */

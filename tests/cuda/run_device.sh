@@ -364,8 +364,27 @@ chunks() { # name model ids
     done
     row "| $name | exact chunks S=4/8/16 vs S=1, $(echo "$ids" | wc -w) ids |$info | $([ $ok = 1 ] && echo PASS || echo FAIL) |"
 }
+# Decoding's graphs by the position's attention splits (RL_CUDA_ATT_BANDS=1, the default) against
+# the one graph whose grid holds every split (0): the same bytes, token by token. 32-position
+# splits, so 700 ids cross every band (1, 2, 4, 8, 16 splits) and the widening past the most.
+bands_same() { # name model mode [VAR=V]
+    local name=$1 model=$2 mode=$3 ok=1
+    rm -f /tmp/bd0.bin /tmp/bd1.bin
+    for v in 0 1; do
+        env ${4:-} RL_CUDA_ATT_SPLIT=32 RL_CUDA_ATT_BANDS=$v "$R" logits --device cuda --prefill exact -b 1 $mode -m "$model" --ids "$IDS_700" -o /tmp/bd$v.bin >>"$LOG" 2>&1 || ok=0
+    done
+    [ -s /tmp/bd0.bin ] && cmp -s /tmp/bd0.bin /tmp/bd1.bin || ok=0
+    row "| $name | decoding's graphs by splits = one graph, 700 ids, split 32, ${mode:-fast} ${4:-} | $([ $ok = 1 ] && echo same || echo DIFFERENT or failed) | $([ $ok = 1 ] && echo PASS || echo FAIL) |"
+}
 if has ck; then
     say "== exact chunked prefill"
+    IDS_700=$(python3 -c "print(' '.join(str((i * 7919) % 30000 + 3) for i in range(700)))")
+    f="$M/tinyllama-1.1b-Q4_0.gguf"
+    [ -f "$f" ] || "$R" mkmodel --shape tinyllama-1.1b --type Q4_0 --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1
+    for mode in "" "--exact"; do bands_same "tinyllama-1.1b Q4_0" "$f" "$mode"; done
+    bands_same "tinyllama-1.1b Q4_0" "$f" "" RL_CUDA_ATT_MMA=0
+    bands_same "tinyllama-1.1b Q4_0" "$f" "" RL_CUDA_ATT_MAXSPLIT=12
+    bands_same "tinyllama-1.1b Q4_0" "$f" "" "RL_CUDA_ATT_MMA=33 RL_CUDA_ATT_MAXSPLIT=16"
     IDS_37=$(python3 -c "print(' '.join(str((i * 7919) % 4000 + 3) for i in range(37)))")
     chunks "rawloop-small Q8_0" models/rawloop-small.gguf "$IDS_37"
     chunks "rawloop-draft F16" models/rawloop-draft-f16.gguf "$IDS_37"
