@@ -842,10 +842,11 @@ static int att_ny(const rl_att_args *a) {
     return ny;
 }
 
-/* bit 32: the split blocks as one cluster, where the grid's splits fit one (2 .. AM_CLMAX) */
+/* bit 32: decoding's split blocks as one cluster, where the grid's splits fit one (2 ..
+ * AM_CLMAX); bit 64: a chunk's too (S=16 lost 1%, docs/PERF.md v2.39) */
 static bool am_cluster(const rl_att_args *a) {
     const int ny = att_ny(a);
-    return (a->mma & 32) && !(a->mma & 6) && ny >= 2 && ny <= AM_CLMAX;
+    return (a->mma & 32) && !(a->mma & 6) && ny >= 2 && ny <= AM_CLMAX && (a->n_tok <= 1 || (a->mma & 64));
 }
 
 bool rl_att_mma_cluster(const rl_att_args *a) { return am_use(a) && am_cluster(a); }

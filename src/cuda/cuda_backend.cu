@@ -176,9 +176,10 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         /* 128 positions per split: one split (no merge) while decoding the first 128 positions
          * (docs/PERF.md v2.9); at most 20 splits, widened in steps of 128 past 2560 positions
          * (v2.10: against 16 and 32, +1-4% at depth 2048 and 4096; the grid holds max_split
-         * blocks per head, and idle ones cost: 32 lost 5% at depth 4096) */
+         * blocks per head, and idle ones cost: 32 lost 5% at depth 4096), or 16 where the
+         * clusters run (v2.39: TinyLlama +4% at depth 4096 without them, and a cluster holds 16) */
         knob("RL_CUDA_ATT_SPLIT", 128, 32, 8192, &k->att_split, e) ||
-        knob("RL_CUDA_ATT_MAXSPLIT", 20, 1, 1024, &k->att_max_split, e) ||
+        knob("RL_CUDA_ATT_MAXSPLIT", -1, 1, 1024, &k->att_max_split, e) || /* unset: open_impl */
         /* RL_CUDA_PDL 2: the launches that copy weights before they wait (docs/CUDA.md) */
         knob("RL_CUDA_PDL", 2, 0, 2, &k->pdl, e) ||
         knob("RL_CUDA_ROPE_FOLD", 1, 0, 1, &k->rope_fold, e) ||
@@ -195,8 +196,9 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         knob("RL_CUDA_ATT_GQA", 16, 0, 1 << 20, &k->att_gqa, e) ||
         /* a KV group's heads on tensor cores (attention.cu), grouped heads only unless bit 16 (H100,
          * docs/PERF.md v2.38: TinyLlama and 8B +4-7% at depth 4096 and S=16, Llama-2-7B's plain
-         * heads -4% and -10%) */
-        knob("RL_CUDA_ATT_MMA", 1, 0, 63, &k->att_mma, e) ||
+         * heads -4% and -10%); decoding's split blocks as one cluster (32; v2.39: at depth 1024
+         * and 4096 TinyLlama +8-10%, 8B +4%; in chunks too, 64, S=16 lost 1%) */
+        knob("RL_CUDA_ATT_MMA", 33, 0, 127, &k->att_mma, e) ||
         knob("RL_CUDA_ATT_BANDS", 1, 0, 1, &k->att_bands, e) || /* decoding's graphs by splits (dgraph) */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
@@ -1036,6 +1038,28 @@ extern "C" bool rl_cuda_device_present(void) {
     return n > 0;
 }
 
+/* The splits at open (n_split, split_max), and the attention's arguments as far as they are known
+ * there (shape, splits, knobs; one token). */
+static void att_open_args(rl_cuda *c, rl_att_args *t) {
+    const rl_config *cfg = &c->m->cfg;
+    c->n_split = (int)((c->n_ctx + c->knobs.att_split - 1) / c->knobs.att_split);
+    /* at most max_split splits are ever active (the split widens past that): the partials and
+     * the grid need no more */
+    if (c->n_split > c->knobs.att_max_split) c->n_split = c->knobs.att_max_split;
+    /* the split only widens with the position, so the last one's is the widest */
+    c->split_max = rl_att_split_len(c->knobs.att_split, c->knobs.att_max_split, (int)c->n_ctx);
+    memset(t, 0, sizeof *t);
+    t->n_head = (int)cfg->n_head;
+    t->n_head_kv = (int)cfg->n_head_kv;
+    t->hd = (int)cfg->head_dim;
+    t->split_max = c->split_max;
+    t->n_split = c->n_split;
+    t->split = c->knobs.att_split;
+    t->max_split = c->knobs.att_max_split;
+    t->n_tok = 1;
+    t->mma = c->knobs.att_mma; /* bit 32 asks for cluster launches */
+}
+
 static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl_backend *b, rl_err *e) {
     const rl_config *cfg = &m->cfg;
     c->m = m;
@@ -1064,23 +1088,17 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         return rl_fail(e, "CUDA: unsupported shape (head_dim %zu, rope_dim %zu, %zu heads, %zu kv "
                        "heads, n_embd %zu, n_ff %zu)", cfg->head_dim, cfg->rope_dim, cfg->n_head,
                        cfg->n_head_kv, cfg->n_embd, cfg->n_ff);
-    c->n_split = (int)((c->n_ctx + c->knobs.att_split - 1) / c->knobs.att_split);
-    /* at most max_split splits are ever active (the split widens past that): the partials and
-     * the grid need no more */
-    if (c->n_split > c->knobs.att_max_split) c->n_split = c->knobs.att_max_split;
     {
-        /* the split only widens with the position, so the last one's is the widest */
-        c->split_max = rl_att_split_len(c->knobs.att_split, c->knobs.att_max_split, (int)c->n_ctx);
+        /* RL_CUDA_ATT_MAXSPLIT unset: 16 where decoding's attention runs in clusters (a cluster
+         * holds at most 16 blocks), else 20 */
+        const bool ms_unset = c->knobs.att_max_split < 0;
+        if (ms_unset) c->knobs.att_max_split = 16;
         rl_att_args t;
-        memset(&t, 0, sizeof t);
-        t.n_head = (int)cfg->n_head;
-        t.n_head_kv = (int)cfg->n_head_kv;
-        t.hd = (int)cfg->head_dim;
-        t.split_max = c->split_max;
-        t.n_split = c->n_split;
-        t.split = c->knobs.att_split;
-        t.max_split = c->knobs.att_max_split;
-        t.mma = c->knobs.att_mma; /* bit 32 asks for cluster launches */
+        att_open_args(c, &t);
+        if (ms_unset && (c->kv_q8 || !rl_att_mma_cluster(&t))) {
+            c->knobs.att_max_split = 20;
+            att_open_args(c, &t);
+        }
         size_t smem = rl_attention_smem(&t);
         if (smem > (size_t)p.sharedMemPerBlockOptin)
             return rl_fail(e, "CUDA: a context of %zu tokens needs %zu bytes of attention shared "

@@ -155,8 +155,9 @@ struct rl_cuda_knobs {
     int mv_blocks_per_sm;/* matvec grid cap per SM (RL_CUDA_MV_BLOCKS, default 8; also capped
                             by the kernel's occupancy, so the grid is one wave) */
     int att_split;       /* positions per attention split (RL_CUDA_ATT_SPLIT, default 128) */
-    int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT, default 20): wider
-                            splits past att_split * att_max_split positions */
+    int att_max_split;   /* most splits per head (RL_CUDA_ATT_MAXSPLIT; unset: 16 where decoding's
+                            attention runs in clusters, else 20): wider splits past att_split *
+                            att_max_split positions */
     int pdl;             /* programmatic dependent launch (RL_CUDA_PDL; sm_90 only): 0 off, 1 every
                             launch, 2 (default) only the launches that copy weights before they
                             wait (the streamed matvec, the tensor-core chunk) */
@@ -187,12 +188,13 @@ struct rl_cuda_knobs {
                             times the group's heads exceed this (RL_CUDA_ATT_GQA, default 16;
                             0 never); the same bits */
     int att_mma;         /* the flash decode on tensor cores, a KV group a block (RL_CUDA_ATT_MMA:
-                            default 1; bit 1 decoding and exact chunks of grouped heads, f16
+                            default 33; bit 1 decoding and exact chunks of grouped heads, f16
                             cache, 2-8 heads a group, hd 64 or 128; 2 the next tile's loads
                             ahead; 4 twice the warps; 8 launched with PDL; 16 plain heads too;
-                            32 a token's split blocks as one cluster, merging through
-                            distributed shared memory: the same bytes as without it); not the
-                            block per head's bits, chunks = one token */
+                            32 decoding's split blocks as one cluster (2-16 splits, sm_90 with
+                            cluster launch, else cleared at open), merging through distributed
+                            shared memory: the same bytes as without it; 64 a chunk's too);
+                            not the block per head's bits, chunks = one token */
     int att_bands;       /* decoding's graph by the position's attention splits (at most 1, 2,
                             4, 8, 16, or all), so the grid holds only splits that run
                             (RL_CUDA_ATT_BANDS: 1 default, 0 one graph); the same bits */

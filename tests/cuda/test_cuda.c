@@ -398,10 +398,11 @@ static void test_att_stage(void) {
                 CHECK(u == (nh / nkv >= 2 && nh / nkv <= 8 && (hd == 64 || hd == 128)), "attention, heads %d/%d, "
                       "hd %d, RL_CUDA_ATT_MMA=1: tensor cores %s", nh, nkv, hd, u ? "used" : "not used");
                 CHECK(!u || same, "attention on tensor cores (1), heads %d/%d: plane or output differs", nh, nkv);
-                /* bit 32: a token's split blocks as one cluster where the grid has 2-16 splits,
-                 * the merge through distributed shared memory: the bytes of the ticket's */
+                /* bits 32 and 64: a token's split blocks as one cluster where the grid has 2-16
+                 * splits, in chunks too, the merge through distributed shared memory: the
+                 * bytes of the ticket's */
                 const int n_all = (pos + nt + split - 1) / split, ny = msplit > 0 && msplit < n_all ? msplit : n_all;
-                CHECK(rl_cuda_test_att_stage(qv, kc, vc, nh, nkv, hd, nt, pos, split, msplit, RL_Q4_0, false, 1 | 16 | 32,
+                CHECK(rl_cuda_test_att_stage(qv, kc, vc, nh, nkv, hd, nt, pos, split, msplit, RL_Q4_0, false, 1 | 16 | 32 | 64,
                                              &u, &same, &dist, &e) == 0, "%s", e.msg);
                 CHECK(u == (clusters && nh / nkv <= 8 && (hd == 64 || hd == 128) && ny >= 2 && ny <= 16),
                       "attention, heads %d/%d, hd %d, %d splits: clusters %s", nh, nkv, hd, ny, u ? "used" : "not used");
