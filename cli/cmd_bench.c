@@ -107,7 +107,7 @@ static const tune_knob k_tune[] = {
     {"RL_CUDA_PDL", {"", "0", "1", NULL}, false},
     {"RL_CUDA_PERSIST", {"", "1", NULL, NULL}, false},
     {"RL_CUDA_ATT_SPLIT", {"", "64", "256", NULL}, true},
-    {"RL_CUDA_ATT_MAXSPLIT", {"", "16", "64", NULL}, true},
+    {"RL_CUDA_ATT_MAXSPLIT", {"", "16", "20", "64"}, true}, /* "": 16 or 20 by model (cuda_backend.cu) */
 };
 #define N_TUNE (sizeof k_tune / sizeof k_tune[0])
 
