@@ -6,7 +6,6 @@
  * the unnormalised partial (max m, sum l, o[hd]); the last block of a head to finish (an atomic
  * ticket, not an atomic sum) merges the active splits in split order. A single active split
  * writes o / l directly. The same input gives the same bits. */
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <math.h>
 
@@ -164,27 +163,47 @@ void rl_rope_kv_prefill_launch(const rl_att_args *a, const float2 *tab, cudaStre
 
 /* ST: an exact chunk whose flash decode also stages Wo's input (a.frag set); a template flag, so
  * that decoding's kernel has none of its code (as a runtime test it cost TinyLlama's one-token
- * rate ~1.3%, docs/PERF.md v2.29) */
-template <int HJ, bool Q8, bool ST>
+ * rate ~1.3%, docs/PERF.md v2.29). CL: a decoded token's splits of a head as one cluster
+ * (flash_decode_block; RL_CUDA_ATT_MMA bit 128). */
+template <int HJ, bool Q8, bool ST, bool CL = false>
 __global__ void __launch_bounds__(ATT_THREADS, 8) flash_decode_kernel(const rl_att_args a) {
     extern __shared__ float sm[];
     __shared__ float red[32];
     __shared__ int ticket;
     rl_pdl_trigger();
     rl_pdl_wait();
-    flash_decode_block<HJ, Q8, false, ST>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, red, &ticket, rl_grp{0, ATT_THREADS});
+    flash_decode_block<HJ, Q8, false, ST, CL>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, red, &ticket,
+                                              rl_grp{0, ATT_THREADS});
 }
 
 typedef void (*att_fn)(const rl_att_args);
 
-template <bool Q8, bool ST> static att_fn att_pick(int hj) {
-    return hj <= 1 ? flash_decode_kernel<1, Q8, ST> : hj <= 2 ? flash_decode_kernel<2, Q8, ST>
-                   : hj <= 4 ? flash_decode_kernel<4, Q8, ST> : flash_decode_kernel<8, Q8, ST>;
+template <bool Q8, bool ST, bool CL = false> static att_fn att_pick(int hj) {
+    return hj <= 1 ? flash_decode_kernel<1, Q8, ST, CL> : hj <= 2 ? flash_decode_kernel<2, Q8, ST, CL>
+                   : hj <= 4 ? flash_decode_kernel<4, Q8, ST, CL> : flash_decode_kernel<8, Q8, ST, CL>;
+}
+
+/* the grid's splits (y): at most max_split are ever active (the split widens past that), and a
+ * chunk's graph, or decoding's, caps them by its band */
+static int att_ny(const rl_att_args *a) {
+    int ny = a->n_split < a->max_split ? a->n_split : a->max_split;
+    if (a->split_cap > 0 && a->split_cap < ny) ny = a->split_cap;
+    return ny;
+}
+
+#define ATT_CLMAX 16 /* a cluster's most blocks (non-portable above 8: Hopper allows 16) */
+
+/* bit 128: the block per head's splits as one cluster, a decoded token's (not a chunk's), where
+ * the grid's splits fit one */
+static bool att_cluster(const rl_att_args *a) {
+    const int ny = att_ny(a);
+    return (a->mma & 128) && a->n_tok <= 1 && !a->frag && ny >= 2 && ny <= ATT_CLMAX;
 }
 
 static att_fn att_kernel(const rl_att_args *a) {
     const int hj = (a->hd + 63) / 64;
     if (a->frag) return a->kd ? att_pick<true, true>(hj) : att_pick<false, true>(hj);
+    if (att_cluster(a)) return a->kd ? att_pick<true, false, true>(hj) : att_pick<false, false, true>(hj);
     return a->kd ? att_pick<true, false>(hj) : att_pick<false, false>(hj);
 }
 
@@ -515,27 +534,6 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  * order as att_merge_group: the same bytes as without bit 32. f16 cache, G <= 8, hd 64 or
  * 128. */
 #define AM_GMAX 8
-#define AM_CLMAX 16 /* a cluster's most blocks (non-portable above 8: Hopper allows 16) */
-
-/* the cluster barrier (sm_90 and later; the host launches clusters only where the device has
- * them, so the older targets' copy never runs it) */
-__device__ __forceinline__ void am_cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cooperative_groups::this_cluster().sync();
-#else
-    __trap();
-#endif
-}
-
-/* p (this block's shared memory) in the block of cluster rank r */
-__device__ __forceinline__ const float *am_peer(const float *p, int r) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
-#else
-    __trap();
-    return p;
-#endif
-}
 
 static int am_nw(int hd, int mma) { return (hd <= 64 ? 8 : 4) * (mma & 4 ? 2 : 1); }
 
@@ -675,8 +673,8 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
     const int n_pos = a.io->pos + z + 1, S = rl_att_split_len(a.split, a.max_split, n_pos), p0 = s * S;
     if (p0 >= n_pos) { /* inactive split: the merge never reads it (a cluster's two barriers still count it) */
         if constexpr (CL) {
-            am_cluster_sync();
-            am_cluster_sync();
+            att_cluster_sync();
+            att_cluster_sync();
         }
         return;
     }
@@ -788,20 +786,20 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
          * merges heads s, s + ns, .. from every split's shared memory in split order,
          * att_merge_group's sums; a second barrier before any block leaves, so that none
          * frees memory a peer still reads */
-        am_cluster_sync();
+        att_cluster_sync();
         if (ns > 1) /* the cluster spans the grid's splits: split j is rank j */
             for (int i = s; i < G; i += ns)
                 for (int d = t; d < HD; d += NT) {
                     float M = -INFINITY, L = 0.0f, O = 0.0f;
-                    for (int j = 0; j < ns; j++) M = fmaxf(M, am_peer(ML, j)[2 * i]);
+                    for (int j = 0; j < ns; j++) M = fmaxf(M, att_peer(ML, j)[2 * i]);
                     for (int j = 0; j < ns; j++) {
-                        const float *mj = am_peer(ML, j);
-                        merge_term(mj[2 * i], mj[2 * i + 1], am_peer(wo, j)[i * HD + d], M, L, O);
+                        const float *mj = att_peer(ML, j);
+                        merge_term(mj[2 * i], mj[2 * i + 1], att_peer(wo, j)[i * HD + d], M, L, O);
                     }
                     oz[(size_t)(h0 + i) * HD + d] = O / L;
                     if constexpr (ST) os[i * HD + d] = O / L;
                 }
-        am_cluster_sync();
+        att_cluster_sync();
         if constexpr (ST) {
             if (ns == 1)
                 for (int i = warp; i < G; i += NW) att_stage_out(a, h0 + i, z, os + i * HD, lane);
@@ -834,25 +832,19 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
     }
 }
 
-/* the grid's splits (y): at most max_split are ever active (the split widens past that), and a
- * chunk's graph caps them by its band */
-static int att_ny(const rl_att_args *a) {
-    int ny = a->n_split < a->max_split ? a->n_split : a->max_split;
-    if (a->split_cap > 0 && a->split_cap < ny) ny = a->split_cap;
-    return ny;
-}
-
 /* bit 32: decoding's split blocks as one cluster, where the grid's splits fit one (2 ..
- * AM_CLMAX); bit 64: a chunk's too (S=16 lost 1%, docs/PERF.md v2.39) */
+ * ATT_CLMAX); bit 64: a chunk's too (S=16 lost 1%, docs/PERF.md v2.39) */
 static bool am_cluster(const rl_att_args *a) {
     const int ny = att_ny(a);
-    return (a->mma & 32) && !(a->mma & 6) && ny >= 2 && ny <= AM_CLMAX && (a->n_tok <= 1 || (a->mma & 64));
+    return (a->mma & 32) && !(a->mma & 6) && ny >= 2 && ny <= ATT_CLMAX && (a->n_tok <= 1 || (a->mma & 64));
 }
 
 bool rl_att_mma_cluster(const rl_att_args *a) { return am_use(a) && am_cluster(a); }
 
+bool rl_att_cluster(const rl_att_args *a) { return am_use(a) ? am_cluster(a) : !rl_att_gqa(a) && att_cluster(a); }
+
 int rl_att_mma_knob(int mma) {
-    if (!(mma & 32)) return mma;
+    if (!(mma & (32 | 128))) return mma;
     int dev = 0, has = 0;
     cudaFuncAttributes fa;
     /* ptxVersion: the virtual architecture the loaded code came from (a GPU newer than the
@@ -861,7 +853,7 @@ int rl_att_mma_knob(int mma) {
         !has || cudaFuncGetAttributes(&fa, flash_mma_kernel<64, 8, false, false, true>) != cudaSuccess ||
         fa.ptxVersion < 90) {
         (void)cudaGetLastError(); /* a failed query is an answer, not an error to carry */
-        return mma & ~32;
+        return mma & ~(32 | 64 | 128);
     }
     return mma;
 }
@@ -888,11 +880,18 @@ int rl_attention_prepare(const rl_att_args *a) {
     if (smem > 48 * 1024) {
         const int hj = (a->hd + 63) / 64;
         for (att_fn f : {att_pick<false, false>(hj), att_pick<true, false>(hj), att_pick<false, true>(hj),
-                         att_pick<true, true>(hj)}) { /* either cache type, staging or not */
+                         att_pick<true, true>(hj), att_pick<false, false, true>(hj), att_pick<true, false, true>(hj)}) {
+            /* either cache type, staging or not, in clusters */
             cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
             if (err != cudaSuccess) return (int)err;
         }
     }
+    if (a->mma & 128) /* the block per head in clusters of up to 16 blocks */
+        for (int hj : {1, 2, 4, 8})
+            for (att_fn f : {att_pick<false, false, true>(hj), att_pick<true, false, true>(hj)}) {
+                cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+                if (err != cudaSuccess) return (int)err;
+            }
     /* the tensor-core kernel, where the knob would run it: every variant, sized for the widest */
     const size_t am_max = am_smem_nw(a, (size_t)am_nw(a->hd, 4));
     if (am_fits(a))
@@ -925,7 +924,8 @@ int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
     if (rl_att_gqa(a))
         return rl_launch(gqa_kernel(a), dim3(a->n_head_kv, ny, a->n_tok), dim3(GQ_THREADS), gqa_smem(a), st, pdl, *a);
     dim3 grid(a->n_head, ny, a->n_tok > 1 ? a->n_tok : 1);
-    return rl_launch(att_kernel(a), grid, dim3(ATT_THREADS), rl_attention_smem(a), st, pdl, *a);
+    return rl_launch_cl(att_kernel(a), grid, dim3(ATT_THREADS), rl_attention_smem(a), st, pdl,
+                        att_cluster(a) ? ny : 0, *a);
 }
 
 /* ---- prefill (fast mode) ---------------------------------------------------------------------

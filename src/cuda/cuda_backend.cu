@@ -198,7 +198,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
          * docs/PERF.md v2.38: TinyLlama and 8B +4-7% at depth 4096 and S=16, Llama-2-7B's plain
          * heads -4% and -10%); decoding's split blocks as one cluster (32; v2.39: at depth 1024
          * and 4096 TinyLlama +8-10%, 8B +4%; in chunks too, 64, S=16 lost 1%) */
-        knob("RL_CUDA_ATT_MMA", 33, 0, 127, &k->att_mma, e) ||
+        knob("RL_CUDA_ATT_MMA", 33, 0, 255, &k->att_mma, e) ||
         knob("RL_CUDA_ATT_BANDS", 1, 0, 1, &k->att_bands, e) || /* decoding's graphs by splits (dgraph) */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
@@ -1095,7 +1095,9 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         if (ms_unset) c->knobs.att_max_split = 16;
         rl_att_args t;
         att_open_args(c, &t);
-        if (ms_unset && (c->kv_q8 || !rl_att_mma_cluster(&t))) {
+        rl_att_args tq = t;
+        if (c->kv_q8) tq.mma &= ~1; /* a q8 cache keeps the block per head */
+        if (ms_unset && !rl_att_cluster(&tq)) {
             c->knobs.att_max_split = 20;
             att_open_args(c, &t);
         }
@@ -1513,6 +1515,67 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
     cudaFree(cnt);
     cudaFree(s1);
     cudaFree(s2);
+    cudaFree(io);
+    return rc;
+}
+
+extern "C" int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head,
+                                        int n_head_kv, int hd, int pos, int split, int max_split, bool *used, bool *same,
+                                        rl_err *e) {
+    const int qd = n_head * hd, n_ctx = pos + 1, n_all = (n_ctx + split - 1) / split,
+              n_split = max_split > 0 && max_split < n_all ? max_split : n_all;
+    const size_t nkv = (size_t)n_ctx * n_head_kv * hd, pb = (size_t)n_head * n_split * (hd + 2) * 4;
+    float *o = NULL, *part = NULL;
+    int *cnt = NULL;
+    rl_cuda_io *io = NULL, hio;
+    memset(&hio, 0, sizeof hio);
+    hio.pos = pos;
+    rl_att_args t;
+    int rc = 0;
+    *used = *same = false;
+    if (att_test_setup(&t, q, kc, vc, (size_t)qd, nkv, 0, n_head, n_head_kv, hd) || cudaMalloc(&o, (size_t)qd * 4) ||
+        cudaMalloc(&part, pb) || cudaMalloc(&cnt, (size_t)n_head * 4) || cudaMalloc(&io, sizeof *io) ||
+        cudaMemcpy(io, &hio, sizeof hio, cudaMemcpyHostToDevice) || cudaMemset(cnt, 0, (size_t)n_head * 4))
+        rc = rl_fail(e, "CUDA: attention cluster test setup failed");
+    float *y0 = (float *)malloc((size_t)qd * 4), *y1 = (float *)malloc((size_t)qd * 4);
+    if (!rc && (!y0 || !y1)) rc = rl_fail(e, "attention cluster test: out of memory");
+    if (!rc) {
+        t.rope_dim = hd;
+        t.n_ctx = n_ctx;
+        t.out = o;
+        t.part = part;
+        t.count = cnt;
+        t.io = io;
+        t.n_split = n_split;
+        t.split = split;
+        t.max_split = max_split > 0 ? max_split : n_split; /* 0: no widening */
+        t.split_max = rl_att_split_len(split, t.max_split, n_ctx);
+        t.n_tok = 1;
+        t.tok_stride = qd;
+        t.mma = rl_att_mma_knob(128);
+        rl_att_args t0 = t;
+        t0.mma = 0; /* the ticket merge */
+        rc = rl_attention_prepare(&t) ? rl_fail(e, "CUDA: attention prepare failed") : att_test_run(&t0, y0, (size_t)qd * 4, e);
+        /* the whole grid, then the band's: the smallest power of two at or above the active splits */
+        const int S = rl_att_split_len(split, t.max_split, n_ctx), ns = (n_ctx + S - 1) / S;
+        int band = 1;
+        while (band < ns) band *= 2;
+        *same = !rc;
+        for (int cap : {0, band}) {
+            t.split_cap = cap;
+            *used = *used || rl_att_cluster(&t);
+            if (!rc) rc = att_test_run(&t, y1, (size_t)qd * 4, e);
+            *same = *same && !rc && !memcmp(y0, y1, (size_t)qd * 4);
+        }
+    }
+    free(y0);
+    free(y1);
+    cudaFree(t.q);
+    cudaFree(t.kc);
+    cudaFree(t.vc);
+    cudaFree(o);
+    cudaFree(part);
+    cudaFree(cnt);
     cudaFree(io);
     return rc;
 }

@@ -193,8 +193,9 @@ struct rl_cuda_knobs {
                             ahead; 4 twice the warps; 8 launched with PDL; 16 plain heads too;
                             32 decoding's split blocks as one cluster (2-16 splits, sm_90 with
                             cluster launch, else cleared at open), merging through distributed
-                            shared memory: the same bytes as without it; 64 a chunk's too);
-                            not the block per head's bits, chunks = one token */
+                            shared memory: the same bytes as without it; 64 a chunk's too;
+                            128 the block per head's too, decoding only); not the block per
+                            head's bits, chunks = one token */
     int att_bands;       /* decoding's graph by the position's attention splits (at most 1, 2,
                             4, 8, 16, or all), so the grid holds only splits that run
                             (RL_CUDA_ATT_BANDS: 1 default, 0 one graph); the same bits */
@@ -354,8 +355,11 @@ bool rl_att_gqa(const rl_att_args *a);
 bool rl_att_mma(const rl_att_args *a);
 /* and whether it runs as clusters of split blocks (RL_CUDA_ATT_MMA bit 32) */
 bool rl_att_mma_cluster(const rl_att_args *a);
-/* an RL_CUDA_ATT_MMA value as this device runs it: bit 32 cleared where the device has no
- * cluster launch or the loaded kernel is not sm_90 code */
+/* Whether a's launch runs its splits as clusters: the tensor-core kernel's (bit 32) or the
+ * block per head's (bit 128). */
+bool rl_att_cluster(const rl_att_args *a);
+/* an RL_CUDA_ATT_MMA value as this device runs it: the cluster bits (32, 64, 128) cleared
+ * where the device has no cluster launch or the loaded kernel is not sm_90 code */
 int rl_att_mma_knob(int mma);
 /* Dynamic shared memory of one flash-decode block (a.hd, split_max), and the limit of the
  * kernels for that head size (f16 and q8 cache; the block per KV group's too, which also needs

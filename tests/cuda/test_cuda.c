@@ -441,6 +441,47 @@ static void test_att_stage(void) {
     if (!clusters) printf("  attention clusters: not on this device or build (their checks ran as not used)\n");
 }
 
+/* A decoded token's flash decode by the block per head with its splits as one cluster
+ * (RL_CUDA_ATT_MMA bit 128), the merge through distributed shared memory: byte for byte the
+ * ticket merge's output, on the whole grid and on the grid of its band (idle blocks in the
+ * cluster). Head sizes 64, 96, 128 and 256 (each of the kernel's four instances), 2 to 16
+ * splits (a cluster of 3; 16; 12 active in a grid of 16 once widened; 6 active in a band of 8
+ * where the whole grid of 20 is no cluster), and one split (no cluster). */
+static void test_att_cluster(void) {
+    const int cases[][7] = {/* n_head, n_head_kv, hd, pos, split, max_split, active splits */
+                            {8, 8, 128, 300, 128, 0, 3},  {8, 8, 128, 2047, 128, 16, 16}, {8, 8, 128, 3000, 128, 16, 12},
+                            {4, 4, 64, 100, 32, 0, 4},    {6, 2, 96, 200, 32, 0, 7},      {4, 1, 256, 90, 16, 0, 6},
+                            {8, 8, 64, 700, 32, 20, 6},   {8, 8, 128, 100, 128, 0, 1}};
+    const bool clusters = rl_cuda_att_clusters();
+    int ran = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], pos = cases[ci][3], split = cases[ci][4],
+                  msplit = cases[ci][5], ns = cases[ci][6];
+        const size_t nq = (size_t)nh * hd, ncache = (size_t)(pos + 1) * nkv * hd;
+        float *q = malloc(nq * sizeof *q);
+        uint16_t *kc = malloc(ncache * 2), *vc = malloc(ncache * 2);
+        for (size_t i = 0; i < nq; i++) q[i] = 2.0f * frand();
+        for (size_t i = 0; i < ncache; i++) {
+            kc[i] = rl_f32_to_f16(frand());
+            vc[i] = rl_f32_to_f16(frand());
+        }
+        rl_err e = {{0}};
+        bool used = false, same = false;
+        CHECK(rl_cuda_test_att_cluster(q, kc, vc, nh, nkv, hd, pos, split, msplit, &used, &same, &e) == 0, "%s", e.msg);
+        CHECK(used == (clusters && ns >= 2), "attention cluster, heads %d, hd %d at %d, %d splits: clusters %s", nh, hd,
+              pos, ns, used ? "used" : "not used");
+        CHECK(same, "attention, block per head in clusters, heads %d, hd %d at %d, split %d/%d: not the bytes of the "
+              "ticket's merge", nh, hd, pos, split, msplit);
+        ran += used;
+        printf("  attention block per head at %4d, hd %3d, %2d splits: clusters %s the ticket's bytes\n", pos, hd, ns,
+               used ? "=" : "(not run),");
+        free(q);
+        free(kc);
+        free(vc);
+    }
+    CHECK(ran == (clusters ? 7 : 0), "the block per head ran in clusters in %d cases", ran);
+}
+
 int main(void) {
     if (!rl_cuda_device_present()) {
         printf("test_cuda: no CUDA device, skipped\n");
@@ -480,5 +521,6 @@ int main(void) {
     test_argmax();
     test_prefill_attention();
     test_att_stage();
+    test_att_cluster();
     return check_report("test_cuda");
 }
