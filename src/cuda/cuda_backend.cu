@@ -1427,7 +1427,8 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         cudaMalloc(&cnt, (size_t)nt * n_head * 4) || cudaMalloc(&s1, sb) || cudaMalloc(&s2, sb) ||
         cudaMalloc(&io, 2 * sizeof *io) || cudaMemcpy(io, &hio, sizeof hio, cudaMemcpyHostToDevice) ||
         cudaMemcpy(io + 1, &hio1, sizeof hio1, cudaMemcpyHostToDevice) || cudaMemset(cnt, 0, (size_t)nt * n_head * 4) ||
-        cudaMemset(s1, 0xa5, sb) || cudaMemset(s2, 0xa5, sb))
+        cudaMemset(s1, 0xa5, sb) || cudaMemset(s2, 0xa5, sb) || cudaMemset(o1, 0xff, nq * 4) ||
+        cudaMemset(o2, 0xff, nq * 4)) /* NaN: an output a run leaves unwritten never matches */
         rc = rl_fail(e, "CUDA: attention staging test setup failed");
     if (!rc) {
         t.rope_dim = hd;
@@ -1564,6 +1565,8 @@ extern "C" int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, cons
         for (int cap : {0, band}) {
             t.split_cap = cap;
             *used = *used || rl_att_cluster(&t);
+            /* NaN first, so an output the run leaves unwritten is not the ticket run's */
+            if (!rc && cudaMemset(o, 0xff, (size_t)qd * 4)) rc = rl_fail(e, "CUDA: attention cluster test: memset failed");
             if (!rc) rc = att_test_run(&t, y1, (size_t)qd * 4, e);
             *same = *same && !rc && !memcmp(y0, y1, (size_t)qd * 4);
         }
