@@ -197,7 +197,8 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
         /* a KV group's heads on tensor cores (attention.cu), grouped heads only unless bit 16 (H100,
          * docs/PERF.md v2.38: TinyLlama and 8B +4-7% at depth 4096 and S=16, Llama-2-7B's plain
          * heads -4% and -10%); decoding's split blocks as one cluster (32; v2.39: at depth 1024
-         * and 4096 TinyLlama +8-10%, 8B +4%; in chunks too, 64, S=16 lost 1%) */
+         * and 4096 TinyLlama +8-10%, 8B +4%; in chunks too, 64, S=16 lost 1%; the block per
+         * head's, 128, not yet measured) */
         knob("RL_CUDA_ATT_MMA", 33, 0, 255, &k->att_mma, e) ||
         knob("RL_CUDA_ATT_BANDS", 1, 0, 1, &k->att_bands, e) || /* decoding's graphs by splits (dgraph) */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
@@ -1057,7 +1058,7 @@ static void att_open_args(rl_cuda *c, rl_att_args *t) {
     t->split = c->knobs.att_split;
     t->max_split = c->knobs.att_max_split;
     t->n_tok = 1;
-    t->mma = c->knobs.att_mma; /* bit 32 asks for cluster launches */
+    t->mma = c->knobs.att_mma; /* bits 32 and 128 ask for cluster launches */
 }
 
 static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl_backend *b, rl_err *e) {
