@@ -1522,11 +1522,12 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
 }
 
 extern "C" int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head,
-                                        int n_head_kv, int hd, int pos, int split, int max_split, bool *used, bool *same,
-                                        rl_err *e) {
-    const int qd = n_head * hd, n_ctx = pos + 1, n_all = (n_ctx + split - 1) / split,
+                                        int n_head_kv, int hd, int pos, int n_ctx, int split, int max_split, bool *used,
+                                        bool *same, rl_err *e) {
+    const int qd = n_head * hd, n_all = (n_ctx + split - 1) / split,
               n_split = max_split > 0 && max_split < n_all ? max_split : n_all;
-    const size_t nkv = (size_t)n_ctx * n_head_kv * hd, pb = (size_t)n_head * n_split * (hd + 2) * 4;
+    const size_t nkv = (size_t)(pos + 1) * n_head_kv * hd, pb = (size_t)n_head * n_split * (hd + 2) * 4;
+    if (n_ctx <= pos) return rl_fail(e, "attention cluster test: context %d at position %d", n_ctx, pos);
     float *o = NULL, *part = NULL;
     int *cnt = NULL;
     rl_cuda_io *io = NULL, hio;
@@ -1559,7 +1560,7 @@ extern "C" int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, cons
         t0.mma = 0; /* the ticket merge */
         rc = rl_attention_prepare(&t) ? rl_fail(e, "CUDA: attention prepare failed") : att_test_run(&t0, y0, (size_t)qd * 4, e);
         /* the whole grid, then the band's: the smallest power of two at or above the active splits */
-        const int S = rl_att_split_len(split, t.max_split, n_ctx), ns = (n_ctx + S - 1) / S;
+        const int S = rl_att_split_len(split, t.max_split, pos + 1), ns = (pos + 1 + S - 1) / S;
         int band = 1;
         while (band < ns) band *= 2;
         *same = !rc;

@@ -194,8 +194,9 @@ struct rl_cuda_knobs {
                             32 decoding's split blocks as one cluster (2-16 splits, sm_90 with
                             cluster launch, else cleared at open), merging through distributed
                             shared memory: the same bytes as without it; 64 a chunk's too;
-                            128 the block per head's too, decoding only); not the block per
-                            head's bits, chunks = one token */
+                            128 the block per head's split blocks too, decoding only, the
+                            same bytes). The tensor-core kernel's are not the block per
+                            head's bits; its chunks = one token */
     int att_bands;       /* decoding's graph by the position's attention splits (at most 1, 2,
                             4, 8, 16, or all), so the grid holds only splits that run
                             (RL_CUDA_ATT_BANDS: 1 default, 0 one graph); the same bits */

@@ -63,13 +63,14 @@ int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc, const uin
 int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv, int hd,
                            int nt, int pos, int split, int max_split, uint32_t type, bool gqa, int mma, bool *used,
                            bool *same, double *dist, rl_err *e);
-/* A decoded token's flash decode at pos (f16 cache of pos + 1 rows, hd % 32 == 0) by the block per
- * head with its splits as one cluster (RL_CUDA_ATT_MMA bit 128), on the whole grid and on a
- * grid capped at the band of its active splits (decoding's graph by splits), against the
- * ticket merge: *used says whether clusters ran (2-16 splits where rl_cuda_att_clusters()),
- * *same that every output is the ticket's, byte for byte. */
+/* A decoded token's flash decode at pos (f16 cache of pos + 1 rows, hd % 32 == 0) in a context of
+ * n_ctx (> pos; the grid's splits) by the block per head with its splits as one cluster
+ * (RL_CUDA_ATT_MMA bit 128), on the whole grid and on a grid capped at the band of its active
+ * splits (decoding's graph by splits), against the ticket merge: *used says whether clusters
+ * ran (a grid of 2-16 splits where rl_cuda_att_clusters()), *same that every output is the
+ * ticket's, byte for byte. */
 int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv,
-                             int hd, int pos, int split, int max_split, bool *used, bool *same, rl_err *e);
+                             int hd, int pos, int n_ctx, int split, int max_split, bool *used, bool *same, rl_err *e);
 /* Index of the first maximum of v[0..n) computed on the GPU. */
 int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e);
 

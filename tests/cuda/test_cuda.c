@@ -444,19 +444,23 @@ static void test_att_stage(void) {
 /* A decoded token's flash decode by the block per head with its splits as one cluster
  * (RL_CUDA_ATT_MMA bit 128), the merge through distributed shared memory: byte for byte the
  * ticket merge's output, on the whole grid and on the grid of its band (idle blocks in the
- * cluster). Head sizes 64, 96, 128 and 256 (each of the kernel's four instances), 2 to 16
- * splits (a cluster of 3; 16; 12 active in a grid of 16 once widened; 6 active in a band of 8
- * where the whole grid of 20 is no cluster), and one split (no cluster). */
+ * cluster). Head sizes 64, 96 / 128, 256 and 512 (the kernel's four instances), 2 to 16 splits
+ * (a cluster of 3; 16; 12 active in a grid of 16 once widened; 6 active in a band of 8 where the
+ * whole grid of 20 is no cluster; one active in a grid of 4, the single split's path inside a
+ * cluster), and one split in a grid of one (no cluster). The f16 cache only: the q8 cache's
+ * instance is held to the ticket's bytes end to end on the device (bench/exp/run.sh amma). */
 static void test_att_cluster(void) {
-    const int cases[][7] = {/* n_head, n_head_kv, hd, pos, split, max_split, active splits */
-                            {8, 8, 128, 300, 128, 0, 3},  {8, 8, 128, 2047, 128, 16, 16}, {8, 8, 128, 3000, 128, 16, 12},
-                            {4, 4, 64, 100, 32, 0, 4},    {6, 2, 96, 200, 32, 0, 7},      {4, 1, 256, 90, 16, 0, 6},
-                            {8, 8, 64, 700, 32, 20, 6},   {8, 8, 128, 100, 128, 0, 1}};
+    const int cases[][9] = {/* n_head, n_head_kv, hd, pos, n_ctx, split, max_split, active splits, cluster */
+                            {8, 8, 128, 300, 301, 128, 0, 3, 1},   {8, 8, 128, 2047, 2048, 128, 16, 16, 1},
+                            {8, 8, 128, 3000, 3001, 128, 16, 12, 1}, {4, 4, 64, 100, 101, 32, 0, 4, 1},
+                            {6, 2, 96, 200, 201, 32, 0, 7, 1},     {4, 1, 256, 90, 91, 16, 0, 6, 1},
+                            {8, 8, 64, 700, 701, 32, 20, 6, 1},    {8, 8, 128, 100, 101, 128, 0, 1, 0},
+                            {8, 8, 128, 100, 512, 128, 0, 1, 1},   {2, 2, 512, 300, 301, 64, 0, 5, 1}};
     const bool clusters = rl_cuda_att_clusters();
-    int ran = 0;
+    int ran = 0, want = 0;
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
-        const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], pos = cases[ci][3], split = cases[ci][4],
-                  msplit = cases[ci][5], ns = cases[ci][6];
+        const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], pos = cases[ci][3], n_ctx = cases[ci][4],
+                  split = cases[ci][5], msplit = cases[ci][6], ns = cases[ci][7], cl = cases[ci][8];
         const size_t nq = (size_t)nh * hd, ncache = (size_t)(pos + 1) * nkv * hd;
         float *q = malloc(nq * sizeof *q);
         uint16_t *kc = malloc(ncache * 2), *vc = malloc(ncache * 2);
@@ -467,19 +471,21 @@ static void test_att_cluster(void) {
         }
         rl_err e = {{0}};
         bool used = false, same = false;
-        CHECK(rl_cuda_test_att_cluster(q, kc, vc, nh, nkv, hd, pos, split, msplit, &used, &same, &e) == 0, "%s", e.msg);
-        CHECK(used == (clusters && ns >= 2), "attention cluster, heads %d, hd %d at %d, %d splits: clusters %s", nh, hd,
-              pos, ns, used ? "used" : "not used");
-        CHECK(same, "attention, block per head in clusters, heads %d, hd %d at %d, split %d/%d: not the bytes of the "
-              "ticket's merge", nh, hd, pos, split, msplit);
+        CHECK(rl_cuda_test_att_cluster(q, kc, vc, nh, nkv, hd, pos, n_ctx, split, msplit, &used, &same, &e) == 0, "%s",
+              e.msg);
+        CHECK(used == (clusters && cl), "attention cluster, heads %d, hd %d at %d of %d, %d splits: clusters %s", nh,
+              hd, pos, n_ctx, ns, used ? "used" : "not used");
+        CHECK(same, "attention, block per head in clusters, heads %d, hd %d at %d of %d, split %d/%d: not the bytes of "
+              "the ticket's merge", nh, hd, pos, n_ctx, split, msplit);
         ran += used;
-        printf("  attention block per head at %4d, hd %3d, %2d splits: clusters %s the ticket's bytes\n", pos, hd, ns,
-               used ? "=" : "(not run),");
+        want += cl;
+        printf("  attention block per head at %4d of %4d, hd %3d, %2d active splits: clusters %s the ticket's bytes\n",
+               pos, n_ctx, hd, ns, used ? "=" : "(not run),");
         free(q);
         free(kc);
         free(vc);
     }
-    CHECK(ran == (clusters ? 7 : 0), "the block per head ran in clusters in %d cases", ran);
+    CHECK(ran == (clusters ? want : 0), "the block per head ran in clusters in %d cases", ran);
 }
 
 int main(void) {
