@@ -1390,6 +1390,23 @@ static int att_test_setup(rl_att_args *a, const float *q, const uint16_t *kc, co
     return 0;
 }
 
+/* A test's context, splits and per-launch buffers in its attention arguments (max_split 0: no
+ * widening); nt tokens of qd floats each. */
+static void att_test_splits(rl_att_args *t, int n_ctx, int n_split, int split, int max_split, int nt, int qd,
+                            float *part, int *cnt, rl_cuda_io *io) {
+    t->rope_dim = t->hd;
+    t->n_ctx = n_ctx;
+    t->part = part;
+    t->count = cnt;
+    t->io = io;
+    t->n_split = n_split;
+    t->split = split;
+    t->max_split = max_split > 0 ? max_split : n_split;
+    t->split_max = rl_att_split_len(split, t->max_split, n_ctx);
+    t->n_tok = nt;
+    t->tok_stride = qd;
+}
+
 /* One launch of a test's attention, its first bytes of output copied to y (host). */
 static int att_test_run(const rl_att_args *t, void *y, size_t bytes, rl_err *e) {
     if (rl_attention_launch(t, false, 0) || cudaDeviceSynchronize() ||
@@ -1432,17 +1449,7 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         cudaMemset(o2, 0xff, nq * 4)) /* NaN: an output a run leaves unwritten never matches */
         rc = rl_fail(e, "CUDA: attention staging test setup failed");
     if (!rc) {
-        t.rope_dim = hd;
-        t.n_ctx = n_ctx;
-        t.part = part;
-        t.count = cnt;
-        t.io = io;
-        t.n_split = n_split;
-        t.split = split;
-        t.max_split = max_split > 0 ? max_split : n_split; /* 0: no widening */
-        t.split_max = rl_att_split_len(split, t.max_split, n_ctx);
-        t.n_tok = nt;
-        t.tok_stride = qd;
+        att_test_splits(&t, n_ctx, n_split, split, max_split, nt, qd, part, cnt, io);
         /* Wo's arguments as layer_args makes them (only the type, input and scratch matter to
          * the staging) */
         rl_mv_args w;
@@ -1543,18 +1550,8 @@ extern "C" int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, cons
     float *y0 = (float *)malloc((size_t)qd * 4), *y1 = (float *)malloc((size_t)qd * 4);
     if (!rc && (!y0 || !y1)) rc = rl_fail(e, "attention cluster test: out of memory");
     if (!rc) {
-        t.rope_dim = hd;
-        t.n_ctx = n_ctx;
+        att_test_splits(&t, n_ctx, n_split, split, max_split, 1, qd, part, cnt, io);
         t.out = o;
-        t.part = part;
-        t.count = cnt;
-        t.io = io;
-        t.n_split = n_split;
-        t.split = split;
-        t.max_split = max_split > 0 ? max_split : n_split; /* 0: no widening */
-        t.split_max = rl_att_split_len(split, t.max_split, n_ctx);
-        t.n_tok = 1;
-        t.tok_stride = qd;
         t.mma = rl_att_mma_knob(128);
         rl_att_args t0 = t;
         t0.mma = 0; /* the ticket merge */

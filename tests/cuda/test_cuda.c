@@ -322,6 +322,18 @@ static void test_prefill_attention(void) {
     }
 }
 
+/* A test's attention input: nq queries in [-2, 2), a K and V cache of ncache f16 values in [-1, 1). */
+static void rand_att(size_t nq, size_t ncache, float **q, uint16_t **kc, uint16_t **vc) {
+    *q = malloc(nq * sizeof **q);
+    *kc = malloc(ncache * 2);
+    *vc = malloc(ncache * 2);
+    for (size_t i = 0; i < nq; i++) (*q)[i] = 2.0f * frand();
+    for (size_t i = 0; i < ncache; i++) {
+        (*kc)[i] = rl_f32_to_f16(frand());
+        (*vc)[i] = rl_f32_to_f16(frand());
+    }
+}
+
 /* An exact chunk's flash decode that also writes Wo's tensor-core input (RL_CUDA_ATT_STAGE)
  * against its own output staged by the chunk's staging kernel: the same plane, byte for byte,
  * and the same output. Head sizes 64 (TinyLlama), 96, 128 and 256, grouped and plain heads,
@@ -350,13 +362,9 @@ static void test_att_stage(void) {
         const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], nt = cases[ci][3], pos = cases[ci][4],
                   split = cases[ci][5], msplit = cases[ci][6];
         const size_t nq = (size_t)nt * nh * hd, ncache = (size_t)(pos + nt) * nkv * hd;
-        float *q = malloc(nq * sizeof *q);
-        uint16_t *kc = malloc(ncache * 2), *vc = malloc(ncache * 2);
-        for (size_t i = 0; i < nq; i++) q[i] = 2.0f * frand();
-        for (size_t i = 0; i < ncache; i++) {
-            kc[i] = rl_f32_to_f16(frand());
-            vc[i] = rl_f32_to_f16(frand());
-        }
+        float *q;
+        uint16_t *kc, *vc;
+        rand_att(nq, ncache, &q, &kc, &vc);
         const uint32_t types[] = {RL_Q4_0, RL_Q8_0};
         bool used = false;
         for (int ti = 0; ti < 2; ti++)
@@ -462,13 +470,9 @@ static void test_att_cluster(void) {
         const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], pos = cases[ci][3], n_ctx = cases[ci][4],
                   split = cases[ci][5], msplit = cases[ci][6], ns = cases[ci][7], cl = cases[ci][8];
         const size_t nq = (size_t)nh * hd, ncache = (size_t)(pos + 1) * nkv * hd;
-        float *q = malloc(nq * sizeof *q);
-        uint16_t *kc = malloc(ncache * 2), *vc = malloc(ncache * 2);
-        for (size_t i = 0; i < nq; i++) q[i] = 2.0f * frand();
-        for (size_t i = 0; i < ncache; i++) {
-            kc[i] = rl_f32_to_f16(frand());
-            vc[i] = rl_f32_to_f16(frand());
-        }
+        float *q;
+        uint16_t *kc, *vc;
+        rand_att(nq, ncache, &q, &kc, &vc);
         rl_err e = {{0}};
         bool used = false, same = false;
         CHECK(rl_cuda_test_att_cluster(q, kc, vc, nh, nkv, hd, pos, n_ctx, split, msplit, &used, &same, &e) == 0, "%s",
