@@ -193,11 +193,16 @@ static int att_ny(const rl_att_args *a) {
 
 #define ATT_CLMAX 16 /* a cluster's most blocks (non-portable above 8: Hopper allows 16) */
 
+/* whether the grid's splits make a cluster: 2 .. ATT_CLMAX */
+static bool att_cl_fits(const rl_att_args *a) {
+    const int ny = att_ny(a);
+    return ny >= 2 && ny <= ATT_CLMAX;
+}
+
 /* bit 128: the block per head's splits as one cluster, a decoded token's (not a chunk's), where
  * the grid's splits fit one */
 static bool att_cluster(const rl_att_args *a) {
-    const int ny = att_ny(a);
-    return (a->mma & 128) && a->n_tok <= 1 && !a->frag && ny >= 2 && ny <= ATT_CLMAX;
+    return (a->mma & 128) && a->n_tok <= 1 && !a->frag && att_cl_fits(a);
 }
 
 static att_fn att_kernel(const rl_att_args *a) {
@@ -790,14 +795,9 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
         if (ns > 1) /* the cluster spans the grid's splits: split j is rank j */
             for (int i = s; i < G; i += ns)
                 for (int d = t; d < HD; d += NT) {
-                    float M = -INFINITY, L = 0.0f, O = 0.0f;
-                    for (int j = 0; j < ns; j++) M = fmaxf(M, att_peer(ML, j)[2 * i]);
-                    for (int j = 0; j < ns; j++) {
-                        const float *mj = att_peer(ML, j);
-                        merge_term(mj[2 * i], mj[2 * i + 1], att_peer(wo, j)[i * HD + d], M, L, O);
-                    }
-                    oz[(size_t)(h0 + i) * HD + d] = O / L;
-                    if constexpr (ST) os[i * HD + d] = O / L;
+                    const float y = att_peer_merge(ML + 2 * i, wo + i * HD + d, ns);
+                    oz[(size_t)(h0 + i) * HD + d] = y;
+                    if constexpr (ST) os[i * HD + d] = y;
                 }
         att_cluster_sync();
         if constexpr (ST) {
@@ -835,11 +835,8 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
 /* bit 32: decoding's split blocks as one cluster, where the grid's splits fit one (2 ..
  * ATT_CLMAX); bit 64: a chunk's too (S=16 lost 1%, docs/PERF.md v2.39) */
 static bool am_cluster(const rl_att_args *a) {
-    const int ny = att_ny(a);
-    return (a->mma & 32) && !(a->mma & 6) && ny >= 2 && ny <= ATT_CLMAX && (a->n_tok <= 1 || (a->mma & 64));
+    return (a->mma & 32) && !(a->mma & 6) && att_cl_fits(a) && (a->n_tok <= 1 || (a->mma & 64));
 }
-
-bool rl_att_mma_cluster(const rl_att_args *a) { return am_use(a) && am_cluster(a); }
 
 bool rl_att_cluster(const rl_att_args *a) { return am_use(a) ? am_cluster(a) : !rl_att_gqa(a) && att_cluster(a); }
 

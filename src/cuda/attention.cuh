@@ -130,6 +130,19 @@ __device__ __forceinline__ const float *att_peer(const float *p, int r) {
 #endif
 }
 
+/* One output of a cluster's merge: every rank j < ns holds its split's (m, l) at ml and its
+ * unnormalised value at o (the same offsets in each block's shared memory); merge_term in split
+ * order, as every merge adds them, so the same bits. */
+__device__ __forceinline__ float att_peer_merge(const float *ml, const float *o, int ns) {
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
+    for (int j = 0; j < ns; j++) M = fmaxf(M, att_peer(ml, j)[0]);
+    for (int j = 0; j < ns; j++) {
+        const float *mj = att_peer(ml, j);
+        merge_term(mj[0], mj[1], att_peer(o, j)[0], M, L, O);
+    }
+    return O / L;
+}
+
 /* Flash-decode block (head h, split s, token z), computed by the ATT_THREADS threads of group g
  * (their own barrier; the kernel below: the whole block). sm: rl_attention_smem(a) bytes of
  * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: rl_ld_cg
@@ -311,15 +324,7 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
             sc[1] = l;
         }
         att_cluster_sync();
-        for (int d = s + ns * t; d < hd; d += ns * nt) {
-            float M = -INFINITY, L = 0.0f, O = 0.0f;
-            for (int j = 0; j < ns; j++) M = fmaxf(M, att_peer(sc, j)[0]);
-            for (int j = 0; j < ns; j++) {
-                const float *mj = att_peer(sc, j);
-                merge_term(mj[0], mj[1], att_peer(ow, j)[d], M, L, O);
-            }
-            oz[h * hd + d] = O / L;
-        }
+        for (int d = s + ns * t; d < hd; d += ns * nt) oz[h * hd + d] = att_peer_merge(sc, ow + d, ns);
         att_cluster_sync(); /* no block leaves while a peer still reads its shared memory */
         return;
     }

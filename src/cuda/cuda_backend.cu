@@ -1469,7 +1469,7 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         t1.frag = rl_mvx_plane(&w1, &t1.frag_k8);
         t1.gqa = gqa;
         t1.mma = mma;
-        *used = mma ? (asked & 32 ? rl_att_mma_cluster(&t1) : rl_att_mma(&t1)) : rl_att_gqa(&t1);
+        *used = mma ? (asked & 32 ? rl_att_cluster(&t1) : rl_att_mma(&t1)) : rl_att_gqa(&t1);
         t2.out = o2;
         t2.gqa = false;
         t2.mma = mma; /* the tensor-core kernel is its own bits: staged against itself unstaged */

@@ -354,8 +354,6 @@ int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
 bool rl_att_gqa(const rl_att_args *a);
 /* whether a launch runs the group's heads on tensor cores (a.mma set, its shapes) */
 bool rl_att_mma(const rl_att_args *a);
-/* and whether it runs as clusters of split blocks (RL_CUDA_ATT_MMA bit 32) */
-bool rl_att_mma_cluster(const rl_att_args *a);
 /* Whether a's launch runs its splits as clusters: the tensor-core kernel's (bit 32) or the
  * block per head's (bit 128). */
 bool rl_att_cluster(const rl_att_args *a);
