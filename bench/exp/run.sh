@@ -124,6 +124,19 @@ tgd() { $1 bench --device cuda -m /tmp/m/$3.gguf -p 0 -n 128 -r 3 $2 --no-ceilin
   python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['tg_tps'],d['tg_sd']))" || echo "0 0"; }
 pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
   python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
+# cfgrun: the files F, each CFGS entry "LABEL:VAR=V,VAR=V" (LABEL alone: no knobs set) at tg128
+# for each CFG_D depth ("0 4096") and S=16 over 512 ids at -c 4096 (CFG_S16=0: not), one line a
+# file and depth, each entry's percent against the first, ROUNDS rounds (2)
+rel() { python3 -c "print('%+.1f%%'%(100*($2/$1-1)) if $1 else 'n/a')"; }
+cfgrun() { local r d c e line b0
+  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do
+    for d in ${CFG_D:-0 4096} $([ "${CFG_S16:-1}" = 0 ] || echo S16); do
+      line="$f r$r $([ $d = S16 ] && echo "S=16/512 -c 4096" || echo "tg128 d$d")"; b0=
+      for c in $CFGS; do e=${c#*:}; [ "$e" != "$c" ] || e=
+        set -- $([ -z "$e" ] || export $(echo $e | tr , ' '); [ $d = S16 ] && pp $M "-c 4096" $f 512 || tgd $M "-d $d" $f)
+        line="$line | ${c%%:*}: $1 ± $2$([ -z "$b0" ] || echo " ($(rel $b0 $1))")"; b0=${b0:-$1}; done
+      echo "$line"; done
+  done; done; }
 t0=$(date +%s)
 case $MODE in
 tests-*)
@@ -313,10 +326,9 @@ amma)
   # value its chunks must be its one-token bytes, and its logits near the default's (--exact:
   # fp32 activations, no int8 rounding flips to cascade). SKIPBITS / SKIPPERF as apre;
   # CHUNKS="tl 8b", AMMA_V="1 3 5 7 15" (17: a plain model's heads too; 33: clusters, 2-16
-  # splits, 129 the block per head's: with RL_CUDA_ATT_MAXSPLIT=16 exported for every run), AMMA_N="300 4200", AMMA_D="0
-  # 4096" (the speed's depths); 1 is
-  # the default since session 41, so every comparison is against RL_CUDA_ATT_MMA=0 (the block
-  # per head)
+  # splits, 129 the block per head's: with RL_CUDA_ATT_MAXSPLIT=16 exported for every run),
+  # AMMA_N="300 4200", AMMA_D="0 4096" (the speed's depths: cfgrun). 1 is the default since
+  # session 41, so every comparison is against RL_CUDA_ATT_MMA=0 (the block per head)
   F=${CHUNKS:-tl 8b}; models $F; AV=${AMMA_V-1 3 5 7 15}
   # near REF OTHER N: max over positions of max|a - b| / max|b| and the argmax agreement
   near() { python3 -c "
@@ -346,16 +358,7 @@ print('max rel %.2e, argmax %d/%d'%((np.abs(a-b).max(1)/np.abs(b).max(1)).max(),
     done
   fi
   [ -z "${SKIPPERF:-}" ] || { echo "total $(( $(date +%s) - t0 )) s"; exit 0; }
-  # rel A B: B against A in percent
-  rel() { python3 -c "print('%+.1f%%'%(100*($2/$1-1)) if $1 else 'n/a')"; }
-  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do
-    for d in ${AMMA_D:-0 4096}; do set -- $(RL_CUDA_ATT_MMA=0 tgd $M "-d $d" $f); line="$f r$r tg128 d$d | 0: $1 ± $2"; b0=$1
-      for v in $AV; do set -- $(RL_CUDA_ATT_MMA=$v tgd $M "-d $d" $f); line="$line | $v: $1 ± $2 ($(rel $b0 $1))"; done
-      echo "$line"; done
-    set -- $(RL_CUDA_ATT_MMA=0 pp $M "-c 4096" $f 512); line="$f r$r S=16/512 -c 4096 | 0: $1 ± $2"; b0=$1
-    for v in $AV; do set -- $(RL_CUDA_ATT_MMA=$v pp $M "-c 4096" $f 512); line="$line | $v: $1 ± $2 ($(rel $b0 $1))"; done
-    echo "$line"
-  done; done ;;
+  CFGS="0:RL_CUDA_ATT_MMA=0 $(for v in $AV; do printf '%s:RL_CUDA_ATT_MMA=%s ' $v $v; done)" CFG_D=${AMMA_D:-0 4096} cfgrun ;;
 amprof)
   # ncu of the tensor-core attention (session 40): each launch's duration at d0, d1024 and
   # d4096 (20 launches past the first 66, clocks and caches as found) of the default kernel
@@ -444,20 +447,8 @@ res)
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
 cfg)
-  # knob settings side by side (session 42): each CFGS entry "LABEL:VAR=V,VAR=V" (LABEL: no
-  # knobs set), tg128 at each CFG_D depth ("0 4096") and S=16 over 512 ids (-c 4096; CFG_S16=0
-  # leaves it out), one line per file and depth with every entry's percent against the first,
-  # ROUNDS rounds, on CHUNKS ("tl 8b")
-  F=${CHUNKS:-tl 8b}; models $F
-  rel() { python3 -c "print('%+.1f%%'%(100*($2/$1-1)) if $1 else 'n/a')"; }
-  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do
-    for d in ${CFG_D:-0 4096} $([ "${CFG_S16:-1}" = 0 ] || echo S16); do
-      line="$f r$r $([ $d = S16 ] && echo "S=16/512 -c 4096" || echo "tg128 d$d")"; b0=
-      for c in $CFGS; do e=${c#*:}; [ "$e" != "$c" ] || e=
-        set -- $([ -z "$e" ] || export $(echo $e | tr , ' '); [ $d = S16 ] && pp $M "-c 4096" $f 512 || tgd $M "-d $d" $f)
-        line="$line | ${c%%:*}: $1 ± $2$([ -z "$b0" ] || echo " ($(rel $b0 $1))")"; b0=${b0:-$1}; done
-      echo "$line"; done
-  done; done ;;
+  # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
+  F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
 *) echo "unknown mode $MODE (models, table, cfg, amma, amprof, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
