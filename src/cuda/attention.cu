@@ -193,10 +193,16 @@ static int att_ny(const rl_att_args *a) {
 
 #define ATT_CLMAX 16 /* a cluster's most blocks (non-portable above 8: Hopper allows 16) */
 
-/* whether the grid's splits make a cluster: 2 .. ATT_CLMAX */
+/* A cluster's most blocks this device can hold at once, for the cluster kernels prepared so
+ * far (rl_attention_prepare lowers it): a GPU whose GPCs hold fewer SMs, or a partition of
+ * one, may have no room for 16, and such a launch fails rather than waits. Only ever lowered,
+ * so contexts of different shapes share the smallest answer. */
+static int att_clmax = ATT_CLMAX;
+
+/* whether the grid's splits make a cluster: 2 .. att_clmax */
 static bool att_cl_fits(const rl_att_args *a) {
     const int ny = att_ny(a);
-    return ny >= 2 && ny <= ATT_CLMAX;
+    return ny >= 2 && ny <= att_clmax;
 }
 
 /* bit 128: the block per head's splits as one cluster, a decoded token's (not a chunk's), where
@@ -872,6 +878,30 @@ static att_fn am_kernel(const rl_att_args *a) {
     return a->hd <= 64 ? am_pick<64, false>(a->mma, cl) : am_pick<128, false>(a->mma, cl);
 }
 
+/* the largest power-of-two cluster (along y, at most att_clmax) of f's blocks that the device
+ * can hold at least once; 1 where none of 2 or more can */
+template <typename F> static int att_cl_room(F f, dim3 block, size_t smem) {
+    for (int n = att_clmax; n >= 2; n /= 2) {
+        cudaLaunchAttribute at;
+        at.id = cudaLaunchAttributeClusterDimension;
+        at.val.clusterDim.x = 1;
+        at.val.clusterDim.y = (unsigned)n;
+        at.val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1, (unsigned)n, 1);
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.attrs = &at;
+        cfg.numAttrs = 1;
+        int k = 0;
+        if (cudaOccupancyMaxActiveClusters(&k, f, &cfg) == cudaSuccess && k > 0) return n;
+        (void)cudaGetLastError(); /* no room is an answer, not an error to carry */
+    }
+    return 1;
+}
+
+int rl_att_cluster_max(void) { return att_clmax; }
+
 int rl_attention_prepare(const rl_att_args *a) {
     const size_t smem = rl_attention_smem(a);
     if (smem > 48 * 1024) {
@@ -889,6 +919,13 @@ int rl_attention_prepare(const rl_att_args *a) {
                 cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
                 if (err != cudaSuccess) return (int)err;
             }
+    if (a->mma & 128) {
+        const int hj = (a->hd + 63) / 64;
+        for (att_fn f : {att_pick<false, false, true>(hj), att_pick<true, false, true>(hj)}) { /* either cache type */
+            const int n = att_cl_room(f, dim3(ATT_THREADS), rl_attention_smem(a));
+            if (n < att_clmax) att_clmax = n;
+        }
+    }
     /* the tensor-core kernel, where the knob would run it: every variant, sized for the widest */
     const size_t am_max = am_smem_nw(a, (size_t)am_nw(a->hd, 4));
     if (am_fits(a))
@@ -902,6 +939,11 @@ int rl_attention_prepare(const rl_att_args *a) {
                     err = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
                 if (err != cudaSuccess) return (int)err;
             }
+    if ((a->mma & 32) && am_fits(a)) { /* the cluster variant at the knob's block */
+        const int n = att_cl_room(a->hd <= 64 ? am_pick<64, false>(8, true) : am_pick<128, false>(8, true),
+                                  dim3(32 * am_nw(a->hd, a->mma)), am_smem(a));
+        if (n < att_clmax) att_clmax = n;
+    }
     if (!gqa_fits(a) || gqa_smem(a) <= 48 * 1024) return 0; /* the grouped chunk kernel, where it would run */
     for (att_fn f : {flash_chunk_gqa_kernel<1, false>, flash_chunk_gqa_kernel<2, false>, flash_chunk_gqa_kernel<1, true>,
                      flash_chunk_gqa_kernel<2, true>}) {

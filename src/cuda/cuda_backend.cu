@@ -1061,6 +1061,18 @@ static void att_open_args(rl_cuda *c, rl_att_args *t) {
     t->mma = c->knobs.att_mma; /* bits 32 and 128 ask for cluster launches */
 }
 
+/* the attention's shared memory at the context's size, checked against the device's, and its
+ * kernels' attributes raised to it (rl_attention_prepare) */
+static int att_open_prepare(const rl_cuda *c, const rl_att_args *t, const cudaDeviceProp *p, rl_err *e) {
+    const size_t smem = rl_attention_smem(t);
+    if (smem > (size_t)p->sharedMemPerBlockOptin)
+        return rl_fail(e, "CUDA: a context of %zu tokens needs %zu bytes of attention shared "
+                       "memory per block (%s has %zu); use a smaller -c", c->n_ctx, smem, p->name,
+                       (size_t)p->sharedMemPerBlockOptin);
+    const int err = rl_attention_prepare(t);
+    return err ? rl_fail(e, "CUDA: attention prepare failed: %s", cudaGetErrorString((cudaError_t)err)) : 0;
+}
+
 static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl_backend *b, rl_err *e) {
     const rl_config *cfg = &m->cfg;
     c->m = m;
@@ -1096,18 +1108,16 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         if (ms_unset) c->knobs.att_max_split = 16;
         rl_att_args t;
         att_open_args(c, &t);
+        /* first, where its shared memory fits: prepare learns how many blocks a cluster may hold */
+        const bool fits = rl_attention_smem(&t) <= (size_t)p.sharedMemPerBlockOptin;
+        if (fits) CK((cudaError_t)rl_attention_prepare(&t));
         rl_att_args tq = t;
         if (c->kv_q8) tq.mma &= ~1; /* a q8 cache keeps the block per head */
-        if (ms_unset && !rl_att_cluster(&tq)) {
+        if (ms_unset && (!fits || !rl_att_cluster(&tq))) {
             c->knobs.att_max_split = 20;
             att_open_args(c, &t);
         }
-        size_t smem = rl_attention_smem(&t);
-        if (smem > (size_t)p.sharedMemPerBlockOptin)
-            return rl_fail(e, "CUDA: a context of %zu tokens needs %zu bytes of attention shared "
-                           "memory per block (%s has %zu); use a smaller -c", c->n_ctx, smem, p.name,
-                           (size_t)p.sharedMemPerBlockOptin);
-        CK((cudaError_t)rl_attention_prepare(&t));
+        if (att_open_prepare(c, &t, &p, e)) return -1;
     }
     size_t mx = cfg->n_embd > c->q_dim ? cfg->n_embd : c->q_dim;
     c->max_n = mx > cfg->n_ff ? mx : cfg->n_ff;
@@ -1355,6 +1365,7 @@ extern "C" int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t ro
 extern "C" bool rl_cuda_has_q8(uint32_t type) { return rl_mv_q8(type); }
 
 extern "C" bool rl_cuda_att_clusters(void) { return rl_att_mma_knob(32) == 32; }
+extern "C" int rl_cuda_att_cluster_max(void) { return rl_att_cluster_max(); }
 
 extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e) {
     float *dv = NULL;
