@@ -1540,8 +1540,8 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
 }
 
 extern "C" int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head,
-                                        int n_head_kv, int hd, int pos, int n_ctx, int split, int max_split, bool *used,
-                                        bool *same, rl_err *e) {
+                                        int n_head_kv, int hd, int pos, int n_ctx, int split, int max_split, bool q8,
+                                        bool *used, bool *same, rl_err *e) {
     const int qd = n_head * hd, n_all = (n_ctx + split - 1) / split,
               n_split = max_split > 0 && max_split < n_all ? max_split : n_all;
     const size_t nkv = (size_t)(pos + 1) * n_head_kv * hd, pb = (size_t)n_head * n_split * (hd + 2) * 4;
@@ -1560,6 +1560,31 @@ extern "C" int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, cons
         rc = rl_fail(e, "CUDA: attention cluster test setup failed");
     float *y0 = (float *)malloc((size_t)qd * 4), *y1 = (float *)malloc((size_t)qd * 4);
     if (!rc && (!y0 || !y1)) rc = rl_fail(e, "attention cluster test: out of memory");
+    int8_t *c8 = NULL;
+    float *sc = NULL;
+    uint16_t *k16 = NULL, *v16 = NULL; /* the f16 cache, set aside where the q8 one replaces it */
+    if (!rc && q8) { /* codes and scales [pos + 1][n_head_kv * hd / 32], as the 8-bit cache lays them out */
+        int8_t *h8 = (int8_t *)malloc(2 * nkv);
+        float *hs = (float *)malloc(2 * nkv / 32 * 4);
+        if (!h8 || !hs) rc = rl_fail(e, "attention cluster test: out of memory");
+        for (size_t i = 0; !rc && i < nkv; i++) {
+            h8[i] = (int8_t)(kc[i] & 0xff);
+            h8[nkv + i] = (int8_t)(vc[i] & 0xff);
+        }
+        for (size_t i = 0; !rc && i < 2 * nkv / 32; i++) hs[i] = 0.004f * (float)(1 + i % 7);
+        if (!rc && (cudaMalloc(&c8, 2 * nkv) || cudaMalloc(&sc, 2 * nkv / 32 * 4) ||
+                    cudaMemcpy(c8, h8, 2 * nkv, cudaMemcpyHostToDevice) ||
+                    cudaMemcpy(sc, hs, 2 * nkv / 32 * 4, cudaMemcpyHostToDevice)))
+            rc = rl_fail(e, "CUDA: attention cluster test: q8 cache setup failed");
+        free(h8);
+        free(hs);
+        k16 = t.kc;
+        v16 = t.vc;
+        t.kc = (uint16_t *)c8;
+        t.vc = (uint16_t *)(c8 + nkv);
+        t.kd = sc;
+        t.vd = sc + nkv / 32;
+    }
     if (!rc) {
         att_test_splits(&t, n_ctx, n_split, split, max_split, 1, qd, part, cnt, io);
         t.out = o;
@@ -1584,8 +1609,10 @@ extern "C" int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, cons
     free(y0);
     free(y1);
     cudaFree(t.q);
-    cudaFree(t.kc);
-    cudaFree(t.vc);
+    cudaFree(k16 ? k16 : t.kc); /* where the q8 cache replaced it, t.kc and t.vc point into c8 */
+    cudaFree(k16 ? v16 : t.vc);
+    cudaFree(c8);
+    cudaFree(sc);
     cudaFree(o);
     cudaFree(part);
     cudaFree(cnt);

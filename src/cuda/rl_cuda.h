@@ -71,9 +71,11 @@ int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *v
  * (RL_CUDA_ATT_MMA bit 128), on the whole grid and on a grid capped at the band of its active
  * splits (decoding's graph by splits), against the ticket merge: *used says whether clusters
  * ran (a grid of 2-16 splits where rl_cuda_att_clusters()), *same that every output is the
- * ticket's, byte for byte. */
+ * ticket's, byte for byte. q8: the 8-bit cache's kernels instead, on int8 codes taken from the
+ * low bytes of kc / vc with made-up scales (both runs read the same cache). */
 int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv,
-                             int hd, int pos, int n_ctx, int split, int max_split, bool *used, bool *same, rl_err *e);
+                             int hd, int pos, int n_ctx, int split, int max_split, bool q8, bool *used, bool *same,
+                             rl_err *e);
 /* Index of the first maximum of v[0..n) computed on the GPU. */
 int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e);
 

@@ -455,8 +455,8 @@ static void test_att_stage(void) {
  * cluster). Head sizes 64, 96 / 128, 256 and 512 (the kernel's four instances), 2 to 16 splits
  * (a cluster of 3; 16; 12 active in a grid of 16 once widened; 6 active in a band of 8 where the
  * whole grid of 20 is no cluster; one active in a grid of 4, the single split's path inside a
- * cluster), and one split in a grid of one (no cluster). The f16 cache only: the q8 cache's
- * instance is held to the ticket's bytes end to end on the device (bench/exp/run.sh amma). */
+ * cluster), and one split in a grid of one (no cluster); each on the f16 cache and on the 8-bit
+ * one (its own kernel instances). */
 static void test_att_cluster(void) {
     const int cases[][9] = {/* n_head, n_head_kv, hd, pos, n_ctx, split, max_split, active splits, cluster */
                             {8, 8, 128, 300, 301, 128, 0, 3, 1},   {8, 8, 128, 2047, 2048, 128, 16, 16, 1},
@@ -466,7 +466,9 @@ static void test_att_cluster(void) {
                             {8, 8, 128, 100, 512, 128, 0, 1, 1},   {2, 2, 512, 300, 301, 64, 0, 5, 1}};
     const bool clusters = rl_cuda_att_clusters();
     int ran = 0, want = 0;
-    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+    for (size_t cj = 0; cj < 2 * sizeof cases / sizeof *cases; cj++) {
+        const size_t ci = cj % (sizeof cases / sizeof *cases);
+        const bool q8 = cj >= sizeof cases / sizeof *cases; /* every case again on the 8-bit cache */
         const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], pos = cases[ci][3], n_ctx = cases[ci][4],
                   split = cases[ci][5], msplit = cases[ci][6], ns = cases[ci][7], cl = cases[ci][8];
         const size_t nq = (size_t)nh * hd, ncache = (size_t)(pos + 1) * nkv * hd;
@@ -475,25 +477,26 @@ static void test_att_cluster(void) {
         rand_att(nq, ncache, &q, &kc, &vc);
         rl_err e = {{0}};
         bool used = false, same = false;
-        CHECK(rl_cuda_test_att_cluster(q, kc, vc, nh, nkv, hd, pos, n_ctx, split, msplit, &used, &same, &e) == 0, "%s",
+        CHECK(rl_cuda_test_att_cluster(q, kc, vc, nh, nkv, hd, pos, n_ctx, split, msplit, q8, &used, &same, &e) == 0, "%s",
               e.msg);
         /* a device with room for fewer than 16 blocks a cluster runs the wider grids without */
-        const int clmax = rl_cuda_att_cluster_max();
-        CHECK(clmax >= 2 && clmax <= 16 && (clmax & (clmax - 1)) == 0, "cluster room %d blocks", clmax);
-        CHECK(clmax < 16 ? used <= (clusters && cl) : used == (clusters && cl), "attention cluster, heads %d, hd %d at %d of %d, %d splits: clusters %s", nh,
-              hd, pos, n_ctx, ns, used ? "used" : "not used");
-        CHECK(same, "attention, block per head in clusters, heads %d, hd %d at %d of %d, split %d/%d: not the bytes of "
-              "the ticket's merge", nh, hd, pos, n_ctx, split, msplit);
+        const bool fewer = rl_cuda_att_cluster_max() < 16;
+        CHECK(fewer ? used <= (clusters && cl) : used == (clusters && cl),
+              "attention cluster, heads %d, hd %d at %d of %d, %d splits, %s cache: clusters %s", nh, hd, pos, n_ctx, ns,
+              q8 ? "q8" : "f16", used ? "used" : "not used");
+        CHECK(same, "attention, block per head in clusters, heads %d, hd %d at %d of %d, split %d/%d, %s cache: not the "
+              "bytes of the ticket's merge", nh, hd, pos, n_ctx, split, msplit, q8 ? "q8" : "f16");
         ran += used;
         want += cl;
-        printf("  attention block per head at %4d of %4d, hd %3d, %2d active splits: clusters %s the ticket's bytes\n",
-               pos, n_ctx, hd, ns, used ? "=" : "(not run),");
+        printf("  attention block per head at %4d of %4d, hd %3d, %2d active splits, %s cache: clusters %s the ticket's "
+               "bytes\n", pos, n_ctx, hd, ns, q8 ? " q8" : "f16", used ? "=" : "(not run),");
         free(q);
         free(kc);
         free(vc);
     }
     const int clmax = rl_cuda_att_cluster_max();
     printf("  attention clusters: room for %d blocks a cluster\n", clmax);
+    CHECK(clmax >= 2 && clmax <= 16 && !(clmax & (clmax - 1)), "cluster room of %d blocks", clmax);
     CHECK(clmax < 16 ? ran <= want : ran == (clusters ? want : 0), "the block per head ran in clusters in %d cases", ran);
 }
 
