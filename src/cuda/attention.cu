@@ -193,22 +193,23 @@ static int att_ny(const rl_att_args *a) {
 
 #define ATT_CLMAX 16 /* a cluster's most blocks (non-portable above 8: Hopper allows 16) */
 
-/* A cluster's most blocks this device can hold at once, for the cluster kernels prepared so
- * far (rl_attention_prepare lowers it): a GPU whose GPCs hold fewer SMs, or a partition of
- * one, may have no room for 16, and such a launch fails rather than waits. Only ever lowered,
- * so contexts of different shapes share the smallest answer. */
-static int att_clmax = ATT_CLMAX;
+/* A cluster's most blocks this device can hold at once, for the block per head's cluster kernels
+ * and the tensor-core ones prepared so far (rl_attention_prepare lowers them): a GPU whose GPCs
+ * hold fewer SMs, or a partition of one, may have no room for 16, and such a launch fails rather
+ * than waits. Only ever lowered, so contexts of different shapes share the smallest answer
+ * (opened one at a time: prepare is not thread-safe). */
+static int att_room_bh = ATT_CLMAX, att_room_am = ATT_CLMAX;
 
-/* whether the grid's splits make a cluster: 2 .. att_clmax */
-static bool att_cl_fits(const rl_att_args *a) {
+/* whether the grid's splits make a cluster: 2 .. room */
+static bool att_cl_fits(const rl_att_args *a, int room) {
     const int ny = att_ny(a);
-    return ny >= 2 && ny <= att_clmax;
+    return ny >= 2 && ny <= room;
 }
 
 /* bit 128: the block per head's splits as one cluster, a decoded token's (not a chunk's), where
  * the grid's splits fit one */
 static bool att_cluster(const rl_att_args *a) {
-    return (a->mma & 128) && a->n_tok <= 1 && !a->frag && att_cl_fits(a);
+    return (a->mma & 128) && a->n_tok <= 1 && !a->frag && att_cl_fits(a, att_room_bh);
 }
 
 static att_fn att_kernel(const rl_att_args *a) {
@@ -841,7 +842,7 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
 /* bit 32: decoding's split blocks as one cluster, where the grid's splits fit one (2 ..
  * ATT_CLMAX); bit 64: a chunk's too (S=16 lost 1%, docs/PERF.md v2.39) */
 static bool am_cluster(const rl_att_args *a) {
-    return (a->mma & 32) && !(a->mma & 6) && att_cl_fits(a) && (a->n_tok <= 1 || (a->mma & 64));
+    return (a->mma & 32) && !(a->mma & 6) && att_cl_fits(a, att_room_am) && (a->n_tok <= 1 || (a->mma & 64));
 }
 
 bool rl_att_cluster(const rl_att_args *a) { return am_use(a) ? am_cluster(a) : !rl_att_gqa(a) && att_cluster(a); }
@@ -878,10 +879,10 @@ static att_fn am_kernel(const rl_att_args *a) {
     return a->hd <= 64 ? am_pick<64, false>(a->mma, cl) : am_pick<128, false>(a->mma, cl);
 }
 
-/* the largest power-of-two cluster (along y, at most att_clmax) of f's blocks that the device
- * can hold at least once; 1 where none of 2 or more can */
-template <typename F> static int att_cl_room(F f, dim3 block, size_t smem) {
-    for (int n = att_clmax; n >= 2; n /= 2) {
+/* room: the largest cluster (along y, at most room) of f's blocks that the device can hold at
+ * least once, 1 where none of 2 or more can */
+template <typename F> static void att_cl_room(int *room, F f, dim3 block, size_t smem) {
+    for (int n = *room; n >= 2; n--) {
         cudaLaunchAttribute at;
         at.id = cudaLaunchAttributeClusterDimension;
         at.val.clusterDim.x = 1;
@@ -894,13 +895,36 @@ template <typename F> static int att_cl_room(F f, dim3 block, size_t smem) {
         cfg.attrs = &at;
         cfg.numAttrs = 1;
         int k = 0;
-        if (cudaOccupancyMaxActiveClusters(&k, f, &cfg) == cudaSuccess && k > 0) return n;
+        if (cudaOccupancyMaxActiveClusters(&k, f, &cfg) == cudaSuccess && k > 0) {
+            *room = n;
+            return;
+        }
         (void)cudaGetLastError(); /* no room is an answer, not an error to carry */
     }
-    return 1;
+    *room = 1;
 }
 
-int rl_att_cluster_max(void) { return att_clmax; }
+int rl_att_cluster_max(bool mma) { return mma ? att_room_am : att_room_bh; }
+
+/* f's dynamic shared memory limit raised to smem, never lowered: the kernels are the process's,
+ * and a context opened later with a smaller size must not take room from an earlier one's */
+static cudaError_t att_smem_at_least(att_fn f, size_t smem) {
+    static struct {
+        att_fn f;
+        size_t smem;
+    } set[64];
+    static int n_set;
+    int i = 0;
+    while (i < n_set && set[i].f != f) i++;
+    if (i < n_set && set[i].smem >= smem) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err == cudaSuccess && i < (int)(sizeof set / sizeof *set)) {
+        set[i].f = f;
+        set[i].smem = smem;
+        if (i == n_set) n_set++;
+    }
+    return err;
+}
 
 int rl_attention_prepare(const rl_att_args *a) {
     const size_t smem = rl_attention_smem(a);
@@ -909,7 +933,7 @@ int rl_attention_prepare(const rl_att_args *a) {
         for (att_fn f : {att_pick<false, false>(hj), att_pick<true, false>(hj), att_pick<false, true>(hj),
                          att_pick<true, true>(hj), att_pick<false, false, true>(hj), att_pick<true, false, true>(hj)}) {
             /* either cache type, staging or not, in clusters */
-            cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+            cudaError_t err = att_smem_at_least(f, smem);
             if (err != cudaSuccess) return (int)err;
         }
     }
@@ -921,10 +945,8 @@ int rl_attention_prepare(const rl_att_args *a) {
             }
     if (a->mma & 128) {
         const int hj = (a->hd + 63) / 64;
-        for (att_fn f : {att_pick<false, false, true>(hj), att_pick<true, false, true>(hj)}) { /* either cache type */
-            const int n = att_cl_room(f, dim3(ATT_THREADS), rl_attention_smem(a));
-            if (n < att_clmax) att_clmax = n;
-        }
+        for (att_fn f : {att_pick<false, false, true>(hj), att_pick<true, false, true>(hj)}) /* either cache type */
+            att_cl_room(&att_room_bh, f, dim3(ATT_THREADS), rl_attention_smem(a));
     }
     /* the tensor-core kernel, where the knob would run it: every variant, sized for the widest */
     const size_t am_max = am_smem_nw(a, (size_t)am_nw(a->hd, 4));
@@ -932,22 +954,18 @@ int rl_attention_prepare(const rl_att_args *a) {
         for (int v = 0; v < (a->mma & 32 ? 10 : 8); v += 2) /* 8: the cluster variant */
             for (att_fn f : {am_pick<64, false>(v, v == 8), am_pick<128, false>(v, v == 8),
                              am_pick<64, true>(v, v == 8), am_pick<128, true>(v, v == 8)}) {
-                cudaError_t err = am_max > 48 * 1024
-                                      ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)am_max)
-                                      : cudaSuccess;
+                cudaError_t err = am_max > 48 * 1024 ? att_smem_at_least(f, am_max) : cudaSuccess;
                 if (err == cudaSuccess && v == 8) /* clusters of up to 16 blocks */
                     err = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
                 if (err != cudaSuccess) return (int)err;
             }
-    if ((a->mma & 32) && am_fits(a)) { /* the cluster variant at the knob's block */
-        const int n = att_cl_room(a->hd <= 64 ? am_pick<64, false>(8, true) : am_pick<128, false>(8, true),
-                                  dim3(32 * am_nw(a->hd, a->mma)), am_smem(a));
-        if (n < att_clmax) att_clmax = n;
-    }
+    if ((a->mma & 32) && !(a->mma & 6) && am_fits(a)) /* the cluster variant, where it would run: its block */
+        att_cl_room(&att_room_am, a->hd <= 64 ? am_pick<64, false>(8, true) : am_pick<128, false>(8, true),
+                    dim3(32 * am_nw(a->hd, 0)), am_smem_nw(a, (size_t)am_nw(a->hd, 0)));
     if (!gqa_fits(a) || gqa_smem(a) <= 48 * 1024) return 0; /* the grouped chunk kernel, where it would run */
     for (att_fn f : {flash_chunk_gqa_kernel<1, false>, flash_chunk_gqa_kernel<2, false>, flash_chunk_gqa_kernel<1, true>,
                      flash_chunk_gqa_kernel<2, true>}) {
-        cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gqa_smem(a));
+        cudaError_t err = att_smem_at_least(f, gqa_smem(a));
         if (err != cudaSuccess) return (int)err;
     }
     return 0;

@@ -1365,7 +1365,7 @@ extern "C" int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t ro
 extern "C" bool rl_cuda_has_q8(uint32_t type) { return rl_mv_q8(type); }
 
 extern "C" bool rl_cuda_att_clusters(void) { return rl_att_mma_knob(32) == 32; }
-extern "C" int rl_cuda_att_cluster_max(void) { return rl_att_cluster_max(); }
+extern "C" int rl_cuda_att_cluster_max(bool mma) { return rl_att_cluster_max(mma); }
 
 extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e) {
     float *dv = NULL;
@@ -1480,13 +1480,14 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         t1.frag = rl_mvx_plane(&w1, &t1.frag_k8);
         t1.gqa = gqa;
         t1.mma = mma;
-        *used = mma ? (asked & 32 ? rl_att_cluster(&t1) : rl_att_mma(&t1)) : rl_att_gqa(&t1);
         t2.out = o2;
         t2.gqa = false;
         t2.mma = mma; /* the tensor-core kernel is its own bits: staged against itself unstaged */
         uint8_t *h1 = (uint8_t *)malloc(sb), *h2 = (uint8_t *)malloc(sb), *y1 = (uint8_t *)malloc(nq * 4),
                 *y2 = (uint8_t *)malloc(nq * 4);
         int st = !h1 || !h2 || !y1 || !y2 ? -1 : rl_attention_prepare(&t1);
+        /* after prepare, which may find less room for clusters */
+        *used = mma ? (asked & 32 ? rl_att_cluster(&t1) : rl_att_mma(&t1)) : rl_att_gqa(&t1);
         if (!st) st = rl_attention_launch(&t1, false, 0);
         if (!st) st = rl_attention_launch(&t2, false, 0);
         if (st || rl_mvx_stage_launch(&w, &k, 8, 0) || cudaDeviceSynchronize() ||

@@ -360,9 +360,10 @@ bool rl_att_cluster(const rl_att_args *a);
 /* an RL_CUDA_ATT_MMA value as this device runs it: the cluster bits (32, 64, 128) cleared
  * where the device has no cluster launch or the loaded kernel is not sm_90 code */
 int rl_att_mma_knob(int mma);
-/* the most blocks a cluster of splits may hold on this device (16, or fewer where
- * rl_attention_prepare found no room for that many: splits beyond it run without clusters) */
-int rl_att_cluster_max(void);
+/* the most blocks a cluster of splits may hold on this device, the tensor-core kernel's (mma) or
+ * the block per head's: 16, or fewer where rl_attention_prepare found no room for that many
+ * (splits beyond it run without clusters) */
+int rl_att_cluster_max(bool mma);
 /* Dynamic shared memory of one flash-decode block (a.hd, split_max), and the limit of the
  * kernels for that head size (f16 and q8 cache; the block per KV group's too, which also needs
  * n_split) raised to it (at open: never inside a capture); cudaError_t. */

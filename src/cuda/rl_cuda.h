@@ -40,9 +40,10 @@ bool rl_cuda_has_q8(uint32_t type);
 /* Whether the attention's split blocks can run as clusters here (RL_CUDA_ATT_MMA bit 32: sm_90
  * code on a device with cluster launch). */
 bool rl_cuda_att_clusters(void);
-/* The most blocks a cluster of attention splits may hold on this device, as found by the
- * contexts opened so far (16 until one finds less room; splits beyond it run without clusters). */
-int rl_cuda_att_cluster_max(void);
+/* The most blocks a cluster of attention splits may hold on this device, the tensor-core
+ * kernel's (mma) or the block per head's, as found by the contexts opened so far (16 until one
+ * finds less room; splits beyond it run without clusters). */
+int rl_cuda_att_cluster_max(bool mma);
 /* The fast prefill's causal attention: n_tok queries at positions pos0.. (q: [n_tok][n_head *
  * hd] fp32, roped) over an f16 cache of pos0 + n_tok positions (kc, vc: [pos][n_head_kv * hd]
  * fp16 bits); out: [n_tok][n_head * hd] fp16 bits. mma: the tensor-core kernel where it applies

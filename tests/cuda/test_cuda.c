@@ -412,7 +412,8 @@ static void test_att_stage(void) {
                 const int n_all = (pos + nt + split - 1) / split, ny = msplit > 0 && msplit < n_all ? msplit : n_all;
                 CHECK(rl_cuda_test_att_stage(qv, kc, vc, nh, nkv, hd, nt, pos, split, msplit, RL_Q4_0, false, 1 | 16 | 32 | 64,
                                              &u, &same, &dist, &e) == 0, "%s", e.msg);
-                CHECK(u == (clusters && nh / nkv <= 8 && (hd == 64 || hd == 128) && ny >= 2 && ny <= 16),
+                CHECK(u == (clusters && nh / nkv <= 8 && (hd == 64 || hd == 128) && ny >= 2 &&
+                            ny <= rl_cuda_att_cluster_max(true)),
                       "attention, heads %d/%d, hd %d, %d splits: clusters %s", nh, nkv, hd, ny, u ? "used" : "not used");
                 CHECK(!u || same, "attention on tensor cores in clusters, heads %d/%d, hd %d, %d tokens at %d, %d "
                       "splits: not the bytes of the ticket's merge, or of its one-token launch", nh, nkv, hd, nt, pos,
@@ -480,7 +481,7 @@ static void test_att_cluster(void) {
         CHECK(rl_cuda_test_att_cluster(q, kc, vc, nh, nkv, hd, pos, n_ctx, split, msplit, q8, &used, &same, &e) == 0, "%s",
               e.msg);
         /* a device with room for fewer than 16 blocks a cluster runs the wider grids without */
-        const bool fewer = rl_cuda_att_cluster_max() < 16;
+        const bool fewer = rl_cuda_att_cluster_max(false) < 16;
         CHECK(fewer ? used <= (clusters && cl) : used == (clusters && cl),
               "attention cluster, heads %d, hd %d at %d of %d, %d splits, %s cache: clusters %s", nh, hd, pos, n_ctx, ns,
               q8 ? "q8" : "f16", used ? "used" : "not used");
@@ -494,9 +495,9 @@ static void test_att_cluster(void) {
         free(kc);
         free(vc);
     }
-    const int clmax = rl_cuda_att_cluster_max();
-    printf("  attention clusters: room for %d blocks a cluster\n", clmax);
-    CHECK(clmax >= 2 && clmax <= 16 && !(clmax & (clmax - 1)), "cluster room of %d blocks", clmax);
+    const int clmax = rl_cuda_att_cluster_max(false), clmma = rl_cuda_att_cluster_max(true);
+    printf("  attention clusters: room for %d blocks a cluster (block per head), %d (tensor cores)\n", clmax, clmma);
+    CHECK(clmax >= 2 && clmax <= 16 && clmma >= 2 && clmma <= 16, "cluster room of %d / %d blocks", clmax, clmma);
     CHECK(clmax < 16 ? ran <= want : ran == (clusters ? want : 0), "the block per head ran in clusters in %d cases", ran);
 }
 
