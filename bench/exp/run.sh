@@ -326,7 +326,7 @@ amma)
   # value its chunks must be its one-token bytes, and its logits near the default's (--exact:
   # fp32 activations, no int8 rounding flips to cascade). SKIPBITS / SKIPPERF as apre;
   # CHUNKS="tl 8b", AMMA_V="1 3 5 7 15" (17: a plain model's heads too; 33: clusters, 2-16
-  # splits, 129 the block per head's: with RL_CUDA_ATT_MAXSPLIT=16 exported for every run),
+  # splits: with RL_CUDA_ATT_MAXSPLIT=16 exported for every run),
   # AMMA_N="300 4200", AMMA_D="0 4096" (the speed's depths: cfgrun). 1 is the default since
   # session 41, so every comparison is against RL_CUDA_ATT_MMA=0 (the block per head)
   F=${CHUNKS:-tl 8b}; models $F; AV=${AMMA_V-1 3 5 7 15}
@@ -343,8 +343,8 @@ print('max rel %.2e, argmax %d/%d'%((np.abs(a-b).max(1)/np.abs(b).max(1)).max(),
           L=; for b in 1 16; do RL_CUDA_ATT_MMA=$v xlg $M /tmp/am-$v-$b.bin $b "$ids"; L="$L /tmp/am-$v-$b.bin"; done
           same "$n ids, RL_CUDA_ATT_MMA=$v: -b 1 = -b 16" $L
           echo "$f $n ids: MMA=$v against the default kernel (fast): $(near /tmp/am-0.bin /tmp/am-$v-1.bin $n)"; done
-        # the cluster bits (32, 64, 128) change no byte: v against v without them, where both ran
-        for v in $AV; do w=$((v & ~224)); [ $((v & 224)) = 0 ] || [ ! -f /tmp/am-$w-1.bin ] ||
+        # the cluster bits (32, 64) change no byte: v against v without them, where both ran
+        for v in $AV; do w=$((v & ~96)); [ $((v & 96)) = 0 ] || [ ! -f /tmp/am-$w-1.bin ] ||
           same "$n ids: RL_CUDA_ATT_MMA=$v = $w" /tmp/am-$w-1.bin /tmp/am-$v-1.bin; done
         rm -f /tmp/am-*.bin; done
       # fp32 activations: the distance the kernel's own arithmetic makes (no int8 flips)

@@ -163,24 +163,23 @@ void rl_rope_kv_prefill_launch(const rl_att_args *a, const float2 *tab, cudaStre
 
 /* ST: an exact chunk whose flash decode also stages Wo's input (a.frag set); a template flag, so
  * that decoding's kernel has none of its code (as a runtime test it cost TinyLlama's one-token
- * rate ~1.3%, docs/PERF.md v2.29). CL: a decoded token's splits of a head as one cluster
- * (flash_decode_block; RL_CUDA_ATT_MMA bit 128). */
-template <int HJ, bool Q8, bool ST, bool CL = false>
+ * rate ~1.3%, docs/PERF.md v2.29). */
+template <int HJ, bool Q8, bool ST>
 __global__ void __launch_bounds__(ATT_THREADS, 8) flash_decode_kernel(const rl_att_args a) {
     extern __shared__ float sm[];
     __shared__ float red[32];
     __shared__ int ticket;
     rl_pdl_trigger();
     rl_pdl_wait();
-    flash_decode_block<HJ, Q8, false, ST, CL>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, red, &ticket,
-                                              rl_grp{0, ATT_THREADS});
+    flash_decode_block<HJ, Q8, false, ST>(a, blockIdx.x, blockIdx.y, blockIdx.z, sm, red, &ticket,
+                                          rl_grp{0, ATT_THREADS});
 }
 
 typedef void (*att_fn)(const rl_att_args);
 
-template <bool Q8, bool ST, bool CL = false> static att_fn att_pick(int hj) {
-    return hj <= 1 ? flash_decode_kernel<1, Q8, ST, CL> : hj <= 2 ? flash_decode_kernel<2, Q8, ST, CL>
-                   : hj <= 4 ? flash_decode_kernel<4, Q8, ST, CL> : flash_decode_kernel<8, Q8, ST, CL>;
+template <bool Q8, bool ST> static att_fn att_pick(int hj) {
+    return hj <= 1 ? flash_decode_kernel<1, Q8, ST> : hj <= 2 ? flash_decode_kernel<2, Q8, ST>
+                   : hj <= 4 ? flash_decode_kernel<4, Q8, ST> : flash_decode_kernel<8, Q8, ST>;
 }
 
 /* the grid's splits (y): at most max_split are ever active (the split widens past that), and a
@@ -193,29 +192,22 @@ static int att_ny(const rl_att_args *a) {
 
 #define ATT_CLMAX 16 /* a cluster's most blocks (non-portable above 8: Hopper allows 16) */
 
-/* A cluster's most blocks this device can hold at once, for the block per head's cluster kernels
- * and the tensor-core ones prepared so far (rl_attention_prepare lowers them): a GPU whose GPCs
- * hold fewer SMs, or a partition of one, may have no room for 16, and such a launch fails rather
- * than waits. Only ever lowered, so contexts of different shapes share the smallest answer
- * (opened one at a time: prepare is not thread-safe). */
-static int att_room_bh = ATT_CLMAX, att_room_am = ATT_CLMAX;
+/* A cluster's most blocks this device can hold at once, for the tensor-core kernel's cluster
+ * variant as prepared so far (rl_attention_prepare lowers it): a GPU whose GPCs hold fewer SMs,
+ * or a partition of one, may have no room for 16, and such a launch fails rather than waits.
+ * Only ever lowered, so contexts of different shapes share the smallest answer (opened one at a
+ * time: prepare is not thread-safe). */
+static int att_room = ATT_CLMAX;
 
-/* whether the grid's splits make a cluster: 2 .. room */
-static bool att_cl_fits(const rl_att_args *a, int room) {
+/* whether the grid's splits make a cluster: 2 .. att_room */
+static bool att_cl_fits(const rl_att_args *a) {
     const int ny = att_ny(a);
-    return ny >= 2 && ny <= room;
-}
-
-/* bit 128: the block per head's splits as one cluster, a decoded token's (not a chunk's), where
- * the grid's splits fit one */
-static bool att_cluster(const rl_att_args *a) {
-    return (a->mma & 128) && a->n_tok <= 1 && !a->frag && att_cl_fits(a, att_room_bh);
+    return ny >= 2 && ny <= att_room;
 }
 
 static att_fn att_kernel(const rl_att_args *a) {
     const int hj = (a->hd + 63) / 64;
     if (a->frag) return a->kd ? att_pick<true, true>(hj) : att_pick<false, true>(hj);
-    if (att_cluster(a)) return a->kd ? att_pick<true, false, true>(hj) : att_pick<false, false, true>(hj);
     return a->kd ? att_pick<true, false>(hj) : att_pick<false, false>(hj);
 }
 
@@ -842,13 +834,13 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
 /* bit 32: decoding's split blocks as one cluster, where the grid's splits fit one (2 ..
  * ATT_CLMAX); bit 64: a chunk's too (S=16 lost 1%, docs/PERF.md v2.39) */
 static bool am_cluster(const rl_att_args *a) {
-    return (a->mma & 32) && !(a->mma & 6) && att_cl_fits(a, att_room_am) && (a->n_tok <= 1 || (a->mma & 64));
+    return (a->mma & 32) && !(a->mma & 6) && att_cl_fits(a) && (a->n_tok <= 1 || (a->mma & 64));
 }
 
-bool rl_att_cluster(const rl_att_args *a) { return am_use(a) ? am_cluster(a) : !rl_att_gqa(a) && att_cluster(a); }
+bool rl_att_cluster(const rl_att_args *a) { return am_use(a) && am_cluster(a); }
 
 int rl_att_mma_knob(int mma) {
-    if (!(mma & (32 | 128))) return mma;
+    if (!(mma & 32)) return mma;
     int dev = 0, has = 0;
     cudaFuncAttributes fa;
     /* ptxVersion: the virtual architecture the loaded code came from (a GPU newer than the
@@ -857,7 +849,7 @@ int rl_att_mma_knob(int mma) {
         !has || cudaFuncGetAttributes(&fa, flash_mma_kernel<64, 8, false, false, true>) != cudaSuccess ||
         fa.ptxVersion < 90) {
         (void)cudaGetLastError(); /* a failed query is an answer, not an error to carry */
-        return mma & ~(32 | 64 | 128);
+        return mma & ~(32 | 64);
     }
     return mma;
 }
@@ -904,7 +896,7 @@ template <typename F> static void att_cl_room(int *room, F f, dim3 block, size_t
     *room = 1;
 }
 
-int rl_att_cluster_max(bool mma) { return mma ? att_room_am : att_room_bh; }
+int rl_att_cluster_max(void) { return att_room; }
 
 /* f's dynamic shared memory limit raised to smem, never lowered: the kernels are the process's,
  * and a context opened later with a smaller size must not take room from an earlier one's */
@@ -931,22 +923,10 @@ int rl_attention_prepare(const rl_att_args *a) {
     if (smem > 48 * 1024) {
         const int hj = (a->hd + 63) / 64;
         for (att_fn f : {att_pick<false, false>(hj), att_pick<true, false>(hj), att_pick<false, true>(hj),
-                         att_pick<true, true>(hj), att_pick<false, false, true>(hj), att_pick<true, false, true>(hj)}) {
-            /* either cache type, staging or not, in clusters */
+                         att_pick<true, true>(hj)}) { /* either cache type, staging or not */
             cudaError_t err = att_smem_at_least(f, smem);
             if (err != cudaSuccess) return (int)err;
         }
-    }
-    if (a->mma & 128) /* the block per head in clusters of up to 16 blocks */
-        for (int hj : {1, 2, 4, 8})
-            for (att_fn f : {att_pick<false, false, true>(hj), att_pick<true, false, true>(hj)}) {
-                cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-                if (err != cudaSuccess) return (int)err;
-            }
-    if (a->mma & 128) {
-        const int hj = (a->hd + 63) / 64;
-        for (att_fn f : {att_pick<false, false, true>(hj), att_pick<true, false, true>(hj)}) /* either cache type */
-            att_cl_room(&att_room_bh, f, dim3(ATT_THREADS), rl_attention_smem(a));
     }
     /* the tensor-core kernel, where the knob would run it: every variant, sized for the widest */
     const size_t am_max = am_smem_nw(a, (size_t)am_nw(a->hd, 4));
@@ -960,7 +940,7 @@ int rl_attention_prepare(const rl_att_args *a) {
                 if (err != cudaSuccess) return (int)err;
             }
     if ((a->mma & 32) && !(a->mma & 6) && am_fits(a)) /* the cluster variant, where it would run: its block */
-        att_cl_room(&att_room_am, a->hd <= 64 ? am_pick<64, false>(8, true) : am_pick<128, false>(8, true),
+        att_cl_room(&att_room, a->hd <= 64 ? am_pick<64, false>(8, true) : am_pick<128, false>(8, true),
                     dim3(32 * am_nw(a->hd, 0)), am_smem_nw(a, (size_t)am_nw(a->hd, 0)));
     if (!gqa_fits(a) || gqa_smem(a) <= 48 * 1024) return 0; /* the grouped chunk kernel, where it would run */
     for (att_fn f : {flash_chunk_gqa_kernel<1, false>, flash_chunk_gqa_kernel<2, false>, flash_chunk_gqa_kernel<1, true>,
@@ -981,8 +961,7 @@ int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st) {
     if (rl_att_gqa(a))
         return rl_launch(gqa_kernel(a), dim3(a->n_head_kv, ny, a->n_tok), dim3(GQ_THREADS), gqa_smem(a), st, pdl, *a);
     dim3 grid(a->n_head, ny, a->n_tok > 1 ? a->n_tok : 1);
-    return rl_launch_cl(att_kernel(a), grid, dim3(ATT_THREADS), rl_attention_smem(a), st, pdl,
-                        att_cluster(a) ? ny : 0, *a);
+    return rl_launch(att_kernel(a), grid, dim3(ATT_THREADS), rl_attention_smem(a), st, pdl, *a);
 }
 
 /* ---- prefill (fast mode) ---------------------------------------------------------------------

@@ -147,15 +147,12 @@ __device__ __forceinline__ float att_peer_merge(const float *ml, const float *o,
  * (their own barrier; the kernel below: the whole block). sm: rl_attention_smem(a) bytes of
  * shared memory, red: 32 floats, ticket: one int, all the group's own. CG: rl_ld_cg
  * (kernels.h); ST: the outputs also staged for Wo (att_stage_out). The split partials are
- * written by other blocks of the same launch in either kernel: always from L2. CL: the grid's
- * splits of the head are one cluster (split s is rank s; 2-16 splits, one token): the partials
- * stay in shared memory and, after a cluster barrier, block s merges dimensions s, s + ns, ..
- * from every split's in split order (the ticket merge's sums, so the same bits); every block,
- * active or not, meets the cluster's two barriers. */
-template <int HJ, bool Q8, bool CG = false, bool ST = false, bool CL = false>
+ * written by other blocks of the same launch in either kernel: always from L2. (The splits of a
+ * head as one cluster merging through distributed shared memory, RL_CUDA_ATT_MMA bit 128, lost
+ * 6-13% at depth 4096 and were removed: docs/PERF.md v2.40.) */
+template <int HJ, bool Q8, bool CG = false, bool ST = false>
 __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, int s, int z, float *sm, float *red,
                                                    int *ticket_p, rl_grp g) {
-    static_assert(!(CL && (ST || CG)), "clusters: decoding's own kernel only");
     int &ticket = *ticket_p;
     const int hd = a.hd, nt = ATT_THREADS, nw = nt >> 5, t = g.tid(), lane = t & 31, warp = t >> 5;
     float *sc = sm, *qs = sc + a.split_max, *ow = qs + hd;
@@ -168,13 +165,7 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
     int *cz = a.count + (size_t)z * a.n_head;
     const int S = rl_att_split_len(a.split, a.max_split, n_pos);
     const int p0 = s * S;
-    if (p0 >= n_pos) { /* inactive split: the merge never reads it */
-        if constexpr (CL) {
-            att_cluster_sync();
-            att_cluster_sync();
-        }
-        return;
-    }
+    if (p0 >= n_pos) return; /* inactive split: the merge never reads it */
     const int np = min(p0 + S, n_pos) - p0, ns = (n_pos + S - 1) / S;
     const int kv_dim = a.n_head_kv * hd, kvh = h / (a.n_head / a.n_head_kv);
     for (int d = t; d < hd; d += nt) qs[d] = rl_ld_cg<CG>(qz + h * hd + d);
@@ -305,27 +296,6 @@ __device__ __forceinline__ void flash_decode_block(const rl_att_args &a, int h, 
             g.sync();
             att_stage_out(a, h, z, qs, t);
         }
-        if constexpr (CL) {
-            att_cluster_sync();
-            att_cluster_sync();
-        }
-        return;
-    }
-    if constexpr (CL) {
-        /* this split's o in warp 0's slots of ow (each read above by this thread alone), its
-         * (m, l) where the scores were (used up) */
-        for (int d = t; d < hd; d += nt) {
-            float o = 0.0f;
-            for (int w = 0; w < nw; w++) o += ow[w * hd + d];
-            ow[d] = o;
-        }
-        if (t == 0) {
-            sc[0] = m;
-            sc[1] = l;
-        }
-        att_cluster_sync();
-        for (int d = s + ns * t; d < hd; d += ns * nt) oz[h * hd + d] = att_peer_merge(sc, ow + d, ns);
-        att_cluster_sync(); /* no block leaves while a peer still reads its shared memory */
         return;
     }
     float *out = pz + ((size_t)h * a.n_split + s) * (hd + 2);

@@ -198,8 +198,8 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
          * docs/PERF.md v2.38: TinyLlama and 8B +4-7% at depth 4096 and S=16, Llama-2-7B's plain
          * heads -4% and -10%); decoding's split blocks as one cluster (32; v2.39: at depth 1024
          * and 4096 TinyLlama +8-10%, 8B +4%; in chunks too, 64, S=16 lost 1%; the block per
-         * head's, 128, not yet measured) */
-        knob("RL_CUDA_ATT_MMA", 33, 0, 255, &k->att_mma, e) ||
+         * head's, once 128, lost 6-13% at depth 4096 and was removed, v2.40) */
+        knob("RL_CUDA_ATT_MMA", 33, 0, 127, &k->att_mma, e) ||
         knob("RL_CUDA_ATT_BANDS", 1, 0, 1, &k->att_bands, e) || /* decoding's graphs by splits (dgraph) */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
@@ -1058,7 +1058,7 @@ static void att_open_args(rl_cuda *c, rl_att_args *t) {
     t->split = c->knobs.att_split;
     t->max_split = c->knobs.att_max_split;
     t->n_tok = 1;
-    t->mma = c->knobs.att_mma; /* bits 32 and 128 ask for cluster launches */
+    t->mma = c->knobs.att_mma; /* bit 32 asks for cluster launches */
 }
 
 /* the attention's shared memory at the context's size, checked against the device's, and its
@@ -1365,7 +1365,7 @@ extern "C" int rl_cuda_test_matvec_chunk(uint32_t type, const void *w, size_t ro
 extern "C" bool rl_cuda_has_q8(uint32_t type) { return rl_mv_q8(type); }
 
 extern "C" bool rl_cuda_att_clusters(void) { return rl_att_mma_knob(32) == 32; }
-extern "C" int rl_cuda_att_cluster_max(bool mma) { return rl_att_cluster_max(mma); }
+extern "C" int rl_cuda_att_cluster_max(void) { return rl_att_cluster_max(); }
 
 extern "C" int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e) {
     float *dv = NULL;
@@ -1536,87 +1536,6 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
     cudaFree(cnt);
     cudaFree(s1);
     cudaFree(s2);
-    cudaFree(io);
-    return rc;
-}
-
-extern "C" int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head,
-                                        int n_head_kv, int hd, int pos, int n_ctx, int split, int max_split, bool q8,
-                                        bool *used, bool *same, rl_err *e) {
-    const int qd = n_head * hd, n_all = (n_ctx + split - 1) / split,
-              n_split = max_split > 0 && max_split < n_all ? max_split : n_all;
-    const size_t nkv = (size_t)(pos + 1) * n_head_kv * hd, pb = (size_t)n_head * n_split * (hd + 2) * 4;
-    if (n_ctx <= pos) return rl_fail(e, "attention cluster test: context %d at position %d", n_ctx, pos);
-    float *o = NULL, *part = NULL;
-    int *cnt = NULL;
-    rl_cuda_io *io = NULL, hio;
-    memset(&hio, 0, sizeof hio);
-    hio.pos = pos;
-    rl_att_args t;
-    int rc = 0;
-    *used = *same = false;
-    if (att_test_setup(&t, q, kc, vc, (size_t)qd, nkv, 0, n_head, n_head_kv, hd) || cudaMalloc(&o, (size_t)qd * 4) ||
-        cudaMalloc(&part, pb) || cudaMalloc(&cnt, (size_t)n_head * 4) || cudaMalloc(&io, sizeof *io) ||
-        cudaMemcpy(io, &hio, sizeof hio, cudaMemcpyHostToDevice) || cudaMemset(cnt, 0, (size_t)n_head * 4))
-        rc = rl_fail(e, "CUDA: attention cluster test setup failed");
-    float *y0 = (float *)malloc((size_t)qd * 4), *y1 = (float *)malloc((size_t)qd * 4);
-    if (!rc && (!y0 || !y1)) rc = rl_fail(e, "attention cluster test: out of memory");
-    int8_t *c8 = NULL;
-    float *sc = NULL;
-    uint16_t *k16 = NULL, *v16 = NULL; /* the f16 cache, set aside where the q8 one replaces it */
-    if (!rc && q8) { /* codes and scales [pos + 1][n_head_kv * hd / 32], as the 8-bit cache lays them out */
-        int8_t *h8 = (int8_t *)malloc(2 * nkv);
-        float *hs = (float *)malloc(2 * nkv / 32 * 4);
-        if (!h8 || !hs) rc = rl_fail(e, "attention cluster test: out of memory");
-        for (size_t i = 0; !rc && i < nkv; i++) {
-            h8[i] = (int8_t)(kc[i] & 0xff);
-            h8[nkv + i] = (int8_t)(vc[i] & 0xff);
-        }
-        for (size_t i = 0; !rc && i < 2 * nkv / 32; i++) hs[i] = 0.004f * (float)(1 + i % 7);
-        if (!rc && (cudaMalloc(&c8, 2 * nkv) || cudaMalloc(&sc, 2 * nkv / 32 * 4) ||
-                    cudaMemcpy(c8, h8, 2 * nkv, cudaMemcpyHostToDevice) ||
-                    cudaMemcpy(sc, hs, 2 * nkv / 32 * 4, cudaMemcpyHostToDevice)))
-            rc = rl_fail(e, "CUDA: attention cluster test: q8 cache setup failed");
-        free(h8);
-        free(hs);
-        k16 = t.kc;
-        v16 = t.vc;
-        t.kc = (uint16_t *)c8;
-        t.vc = (uint16_t *)(c8 + nkv);
-        t.kd = sc;
-        t.vd = sc + nkv / 32;
-    }
-    if (!rc) {
-        att_test_splits(&t, n_ctx, n_split, split, max_split, 1, qd, part, cnt, io);
-        t.out = o;
-        t.mma = rl_att_mma_knob(128);
-        rl_att_args t0 = t;
-        t0.mma = 0; /* the ticket merge */
-        rc = rl_attention_prepare(&t) ? rl_fail(e, "CUDA: attention prepare failed") : att_test_run(&t0, y0, (size_t)qd * 4, e);
-        /* the whole grid, then the band's: the smallest power of two at or above the active splits */
-        const int S = rl_att_split_len(split, t.max_split, pos + 1), ns = (pos + 1 + S - 1) / S;
-        int band = 1;
-        while (band < ns) band *= 2;
-        *same = !rc;
-        for (int cap : {0, band}) {
-            t.split_cap = cap;
-            *used = *used || rl_att_cluster(&t);
-            /* NaN first, so an output the run leaves unwritten is not the ticket run's */
-            if (!rc && cudaMemset(o, 0xff, (size_t)qd * 4)) rc = rl_fail(e, "CUDA: attention cluster test: memset failed");
-            if (!rc) rc = att_test_run(&t, y1, (size_t)qd * 4, e);
-            *same = *same && !rc && !memcmp(y0, y1, (size_t)qd * 4);
-        }
-    }
-    free(y0);
-    free(y1);
-    cudaFree(t.q);
-    cudaFree(k16 ? k16 : t.kc); /* where the q8 cache replaced it, t.kc and t.vc point into c8 */
-    cudaFree(k16 ? v16 : t.vc);
-    cudaFree(c8);
-    cudaFree(sc);
-    cudaFree(o);
-    cudaFree(part);
-    cudaFree(cnt);
     cudaFree(io);
     return rc;
 }

@@ -193,10 +193,9 @@ struct rl_cuda_knobs {
                             ahead; 4 twice the warps; 8 launched with PDL; 16 plain heads too;
                             32 decoding's split blocks as one cluster (2-16 splits, sm_90 with
                             cluster launch, else cleared at open), merging through distributed
-                            shared memory: the same bytes as without it; 64 a chunk's too;
-                            128 the block per head's split blocks too, decoding only, the
-                            same bytes). The tensor-core kernel's are not the block per
-                            head's bits; its chunks = one token */
+                            shared memory: the same bytes as without it; 64 a chunk's too).
+                            The tensor-core kernel's are not the block per head's bits; its
+                            chunks = one token */
     int att_bands;       /* decoding's graph by the position's attention splits (at most 1, 2,
                             4, 8, 16, or all), so the grid holds only splits that run
                             (RL_CUDA_ATT_BANDS: 1 default, 0 one graph); the same bits */
@@ -354,16 +353,14 @@ int rl_attention_launch(const rl_att_args *a, bool pdl, cudaStream_t st);
 bool rl_att_gqa(const rl_att_args *a);
 /* whether a launch runs the group's heads on tensor cores (a.mma set, its shapes) */
 bool rl_att_mma(const rl_att_args *a);
-/* Whether a's launch runs its splits as clusters: the tensor-core kernel's (bit 32) or the
- * block per head's (bit 128). */
+/* Whether a's launch runs its splits as clusters (the tensor-core kernel, bit 32). */
 bool rl_att_cluster(const rl_att_args *a);
-/* an RL_CUDA_ATT_MMA value as this device runs it: the cluster bits (32, 64, 128) cleared
+/* an RL_CUDA_ATT_MMA value as this device runs it: the cluster bits (32, 64) cleared
  * where the device has no cluster launch or the loaded kernel is not sm_90 code */
 int rl_att_mma_knob(int mma);
-/* the most blocks a cluster of splits may hold on this device, the tensor-core kernel's (mma) or
- * the block per head's: 16, or fewer where rl_attention_prepare found no room for that many
- * (splits beyond it run without clusters) */
-int rl_att_cluster_max(bool mma);
+/* the most blocks a cluster of splits may hold on this device: 16, or fewer where
+ * rl_attention_prepare found no room for that many (splits beyond it run without clusters) */
+int rl_att_cluster_max(void);
 /* Dynamic shared memory of one flash-decode block (a.hd, split_max), and the limit of the
  * kernels for that head size (f16 and q8 cache; the block per KV group's too, which also needs
  * n_split) raised to it (at open: never inside a capture); cudaError_t. */

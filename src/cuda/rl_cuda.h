@@ -40,10 +40,9 @@ bool rl_cuda_has_q8(uint32_t type);
 /* Whether the attention's split blocks can run as clusters here (RL_CUDA_ATT_MMA bit 32: sm_90
  * code on a device with cluster launch). */
 bool rl_cuda_att_clusters(void);
-/* The most blocks a cluster of attention splits may hold on this device, the tensor-core
- * kernel's (mma) or the block per head's, as found by the contexts opened so far (16 until one
- * finds less room; splits beyond it run without clusters). */
-int rl_cuda_att_cluster_max(bool mma);
+/* The most blocks a cluster of attention splits may hold on this device, as found by the
+ * contexts opened so far (16 until one finds less room; splits beyond it run without clusters). */
+int rl_cuda_att_cluster_max(void);
 /* The fast prefill's causal attention: n_tok queries at positions pos0.. (q: [n_tok][n_head *
  * hd] fp32, roped) over an f16 cache of pos0 + n_tok positions (kc, vc: [pos][n_head_kv * hd]
  * fp16 bits); out: [n_tok][n_head * hd] fp16 bits. mma: the tensor-core kernel where it applies
@@ -67,16 +66,6 @@ int rl_cuda_test_prefill_attention(const float *q, const uint16_t *kc, const uin
 int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv, int hd,
                            int nt, int pos, int split, int max_split, uint32_t type, bool gqa, int mma, bool *used,
                            bool *same, double *dist, rl_err *e);
-/* A decoded token's flash decode at pos (f16 cache of pos + 1 rows, hd % 32 == 0) in a context of
- * n_ctx (> pos; the grid's splits) by the block per head with its splits as one cluster
- * (RL_CUDA_ATT_MMA bit 128), on the whole grid and on a grid capped at the band of its active
- * splits (decoding's graph by splits), against the ticket merge: *used says whether clusters
- * ran (a grid of 2-16 splits where rl_cuda_att_clusters()), *same that every output is the
- * ticket's, byte for byte. q8: the 8-bit cache's kernels instead, on int8 codes taken from the
- * low bytes of kc / vc with made-up scales (both runs read the same cache). */
-int rl_cuda_test_att_cluster(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv,
-                             int hd, int pos, int n_ctx, int split, int max_split, bool q8, bool *used, bool *same,
-                             rl_err *e);
 /* Index of the first maximum of v[0..n) computed on the GPU. */
 int rl_cuda_test_argmax(const float *v, size_t n, int32_t *out, rl_err *e);
 
