@@ -6,6 +6,7 @@
  * the unnormalised partial (max m, sum l, o[hd]); the last block of a head to finish (an atomic
  * ticket, not an atomic sum) merges the active splits in split order. A single active split
  * writes o / l directly. The same input gives the same bits. */
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <math.h>
 
@@ -539,6 +540,39 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  * 128. */
 #define AM_GMAX 8
 
+/* the cluster barrier (sm_90 and later; the host launches clusters only where the device has
+ * them, so the older targets' copy never runs it) */
+__device__ __forceinline__ void att_cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cooperative_groups::this_cluster().sync();
+#else
+    __trap();
+#endif
+}
+
+/* p (this block's shared memory) in the block of cluster rank r */
+__device__ __forceinline__ const float *att_peer(const float *p, int r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
+#else
+    __trap();
+    return p;
+#endif
+}
+
+/* One output of a cluster's merge: every rank j < ns holds its split's (m, l) at ml and its
+ * unnormalised value at o (the same offsets in each block's shared memory); merge_term in split
+ * order, as every merge adds them, so the same bits. */
+__device__ __forceinline__ float att_peer_merge(const float *ml, const float *o, int ns) {
+    float M = -INFINITY, L = 0.0f, O = 0.0f;
+    for (int j = 0; j < ns; j++) M = fmaxf(M, att_peer(ml, j)[0]);
+    for (int j = 0; j < ns; j++) {
+        const float *mj = att_peer(ml, j);
+        merge_term(mj[0], mj[1], att_peer(o, j)[0], M, L, O);
+    }
+    return O / L;
+}
+
 static int am_nw(int hd, int mma) { return (hd <= 64 ? 8 : 4) * (mma & 4 ? 2 : 1); }
 
 /* floats of dynamic shared memory for nw warps: the warps' o [nw][G][hd] (later the merge's
@@ -898,33 +932,13 @@ template <typename F> static void att_cl_room(int *room, F f, dim3 block, size_t
 
 int rl_att_cluster_max(void) { return att_room; }
 
-/* f's dynamic shared memory limit raised to smem, never lowered: the kernels are the process's,
- * and a context opened later with a smaller size must not take room from an earlier one's */
-static cudaError_t att_smem_at_least(att_fn f, size_t smem) {
-    static struct {
-        att_fn f;
-        size_t smem;
-    } set[64];
-    static int n_set;
-    int i = 0;
-    while (i < n_set && set[i].f != f) i++;
-    if (i < n_set && set[i].smem >= smem) return cudaSuccess;
-    const cudaError_t err = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (err == cudaSuccess && i < (int)(sizeof set / sizeof *set)) {
-        set[i].f = f;
-        set[i].smem = smem;
-        if (i == n_set) n_set++;
-    }
-    return err;
-}
-
 int rl_attention_prepare(const rl_att_args *a) {
     const size_t smem = rl_attention_smem(a);
     if (smem > 48 * 1024) {
         const int hj = (a->hd + 63) / 64;
         for (att_fn f : {att_pick<false, false>(hj), att_pick<true, false>(hj), att_pick<false, true>(hj),
                          att_pick<true, true>(hj)}) { /* either cache type, staging or not */
-            cudaError_t err = att_smem_at_least(f, smem);
+            cudaError_t err = rl_smem_at_least(f, smem);
             if (err != cudaSuccess) return (int)err;
         }
     }
@@ -934,7 +948,7 @@ int rl_attention_prepare(const rl_att_args *a) {
         for (int v = 0; v < (a->mma & 32 ? 10 : 8); v += 2) /* 8: the cluster variant */
             for (att_fn f : {am_pick<64, false>(v, v == 8), am_pick<128, false>(v, v == 8),
                              am_pick<64, true>(v, v == 8), am_pick<128, true>(v, v == 8)}) {
-                cudaError_t err = am_max > 48 * 1024 ? att_smem_at_least(f, am_max) : cudaSuccess;
+                cudaError_t err = am_max > 48 * 1024 ? rl_smem_at_least(f, am_max) : cudaSuccess;
                 if (err == cudaSuccess && v == 8) /* clusters of up to 16 blocks */
                     err = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
                 if (err != cudaSuccess) return (int)err;
@@ -945,7 +959,7 @@ int rl_attention_prepare(const rl_att_args *a) {
     if (!gqa_fits(a) || gqa_smem(a) <= 48 * 1024) return 0; /* the grouped chunk kernel, where it would run */
     for (att_fn f : {flash_chunk_gqa_kernel<1, false>, flash_chunk_gqa_kernel<2, false>, flash_chunk_gqa_kernel<1, true>,
                      flash_chunk_gqa_kernel<2, true>}) {
-        cudaError_t err = att_smem_at_least(f, gqa_smem(a));
+        cudaError_t err = rl_smem_at_least(f, gqa_smem(a));
         if (err != cudaSuccess) return (int)err;
     }
     return 0;

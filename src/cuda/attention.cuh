@@ -5,7 +5,6 @@
 #ifndef RL_CUDA_ATTENTION_CUH
 #define RL_CUDA_ATTENTION_CUH
 
-#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <math.h>
 
@@ -108,39 +107,6 @@ __device__ __forceinline__ void merge_splits(const float *ml, const float *ph, i
             merge_term(ml[2 * (j0 + j)], ml[2 * (j0 + j) + 1], oq[j], M, L, O);
         }
     }
-}
-
-/* the cluster barrier (sm_90 and later; the host launches clusters only where the device has
- * them, so the older targets' copy never runs it) */
-__device__ __forceinline__ void att_cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cooperative_groups::this_cluster().sync();
-#else
-    __trap();
-#endif
-}
-
-/* p (this block's shared memory) in the block of cluster rank r */
-__device__ __forceinline__ const float *att_peer(const float *p, int r) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    return cooperative_groups::this_cluster().map_shared_rank(p, (unsigned)r);
-#else
-    __trap();
-    return p;
-#endif
-}
-
-/* One output of a cluster's merge: every rank j < ns holds its split's (m, l) at ml and its
- * unnormalised value at o (the same offsets in each block's shared memory); merge_term in split
- * order, as every merge adds them, so the same bits. */
-__device__ __forceinline__ float att_peer_merge(const float *ml, const float *o, int ns) {
-    float M = -INFINITY, L = 0.0f, O = 0.0f;
-    for (int j = 0; j < ns; j++) M = fmaxf(M, att_peer(ml, j)[0]);
-    for (int j = 0; j < ns; j++) {
-        const float *mj = att_peer(ml, j);
-        merge_term(mj[0], mj[1], att_peer(o, j)[0], M, L, O);
-    }
-    return O / L;
 }
 
 /* Flash-decode block (head h, split s, token z), computed by the ATT_THREADS threads of group g

@@ -1109,15 +1109,16 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         rl_att_args t;
         att_open_args(c, &t);
         /* first, where its shared memory fits: prepare learns how many blocks a cluster may hold */
-        const bool fits = rl_attention_smem(&t) <= (size_t)p.sharedMemPerBlockOptin;
-        if (fits) CK((cudaError_t)rl_attention_prepare(&t));
+        bool prepared = rl_attention_smem(&t) <= (size_t)p.sharedMemPerBlockOptin;
+        if (prepared) CK((cudaError_t)rl_attention_prepare(&t));
         rl_att_args tq = t;
         if (c->kv_q8) tq.mma &= ~1; /* a q8 cache keeps the block per head */
-        if (ms_unset && (!fits || !rl_att_cluster(&tq))) {
+        if (ms_unset && (!prepared || !rl_att_cluster(&tq))) {
             c->knobs.att_max_split = 20;
             att_open_args(c, &t);
+            prepared = false;
         }
-        if (att_open_prepare(c, &t, &p, e)) return -1;
+        if (!prepared && att_open_prepare(c, &t, &p, e)) return -1;
     }
     size_t mx = cfg->n_embd > c->q_dim ? cfg->n_embd : c->q_dim;
     c->max_n = mx > cfg->n_ff ? mx : cfg->n_ff;

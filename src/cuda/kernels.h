@@ -64,6 +64,15 @@ static inline int rl_launch_cl(void (*f)(P...), dim3 grid, dim3 block, size_t sm
     return (int)cudaLaunchKernelEx(&cfg, f, args...);
 }
 
+/* f's dynamic shared memory limit raised to at least smem, never lowered: the kernels are the
+ * process's, and a context opened later with less must not take room from an earlier one's */
+template <typename F> static inline cudaError_t rl_smem_at_least(F f, size_t smem) {
+    cudaFuncAttributes fa;
+    const cudaError_t err = cudaFuncGetAttributes(&fa, f);
+    if (err != cudaSuccess || (size_t)fa.maxDynamicSharedSizeBytes >= smem) return err;
+    return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+}
+
 template <typename... P, typename... A>
 static inline int rl_launch(void (*f)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl,
                             A... args) {

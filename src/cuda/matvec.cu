@@ -400,19 +400,14 @@ bool rl_mv_planes_aligned(const rl_mv_args *a, size_t s_to, bool s_needed) {
 }
 
 int rl_mv_prepare(int max_n) {
-    /* never lower the limit: a context opened later with a narrower model (a draft, a test's)
-     * shares these kernels with the wider one */
-    static int max_hi;
-    if (max_n < max_hi) max_n = max_hi;
     for (uint32_t t : k_types)
         for (int g = 0; g < 2; g++)
             for (int q = 0; q < 2; q++)
                 for (int l = 0; l < 1 + (t == RL_RQ2); l++) {
-                    cudaError_t err = cudaFuncSetAttribute(mv_kernel_for(t, g, q, l, 1), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                           (int)rl_mv_smem(max_n, q));
+                    /* never lowered: a narrower model opened later (a draft, a test's) shares them */
+                    cudaError_t err = rl_smem_at_least(mv_kernel_for(t, g, q, l, 1), rl_mv_smem(max_n, q));
                     if (err != cudaSuccess) return (int)err;
                 }
-    max_hi = max_n;
     const int err = rl_mvs_prepare();
     return err ? err : rl_mvx_prepare();
 }
