@@ -5,7 +5,8 @@
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
 # epilogue flushes), fma (HEAD + q8-fma.patch, session 33), s8n (HEAD + stage8n.patch,
-# session 34) and apre (HEAD + att-pre.patch, session 39; lost in 40), each into its own
+# session 34), apre (HEAD + att-pre.patch, session 39; lost in 40) and floor (HEAD +
+# floor.patch, session 44: launches left out by RL_EXP_SKIP), each into its own
 # build-dev/VARIANT.tar.xz. (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
 # session 30, run.sh dual timing main's RL_CUDA_MVS2; mvx-trim.patch in session 32; mvxw, a
 # branch, in session 34; mvxr.patch in session 36 as mvx's RES flag, with mvxr8 and mvxa, which
@@ -23,11 +24,11 @@ for v in $todo; do
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33), stage8n.patch (34) and att-pre.patch
     # (39) apply to it
-    case $v in main|fma|s8n|apre) rev=HEAD ;; *) rev=c207744 ;; esac
+    case $v in main|fma|s8n|apre|floor) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
-        fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; apre) patch=att-pre.patch ;; *) patch= ;; esac
+        fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; apre) patch=att-pre.patch ;; floor) patch=floor.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
     # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only

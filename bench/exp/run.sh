@@ -43,6 +43,7 @@
 #                                      d4096 and S=16 (two calls; CHUNKS)
 #   bash bench/exp/run.sh cfg          knob settings side by side (CFGS, CFG_D, CHUNKS, ROUNDS): tg128
 #                                      at depths and S=16, percent against the first setting
+#                                      (CFG_BIN: another build's rawloop, e.g. /tmp/b/floor/rawloop)
 #   bash bench/exp/run.sh amma         RL_CUDA_ATT_MMA (session 40): the group's flash decode on tensor cores
 #                                      under each AMMA_V value: chunks = one token and near the default
 #                                      (fast and --exact), tg128 d0 / d4096 and S=16 against the default
@@ -133,7 +134,7 @@ cfgrun() { local r d c e line b0
     for d in ${CFG_D:-0 4096} $([ "${CFG_S16:-1}" = 0 ] || echo S16); do
       line="$f r$r $([ $d = S16 ] && echo "S=16/512 -c 4096" || echo "tg128 d$d")"; b0=
       for c in $CFGS; do e=${c#*:}; [ "$e" != "$c" ] || e=
-        set -- $([ -z "$e" ] || export $(echo $e | tr , ' '); [ $d = S16 ] && pp $M "-c 4096" $f 512 || tgd $M "-d $d" $f)
+        set -- $([ -z "$e" ] || export $(echo $e | tr , ' '); [ $d = S16 ] && pp ${CFG_BIN:-$M} "-c 4096" $f 512 || tgd ${CFG_BIN:-$M} "-d $d" $f)
         line="$line | ${c%%:*}: $1 ± $2$([ -z "$b0" ] || echo " ($(rel $b0 $1))")"; b0=${b0:-$1}; done
       echo "$line"; done
   done; done; }
