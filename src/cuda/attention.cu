@@ -10,6 +10,8 @@
 #include <cuda_fp16.h>
 #include <math.h>
 
+#include <atomic>
+
 #include "attention.cuh"
 #include "mv.cuh" /* cp.async helpers */
 
@@ -196,14 +198,16 @@ static int att_ny(const rl_att_args *a) {
 /* A cluster's most blocks this device can hold at once, for the tensor-core kernel's cluster
  * variant as prepared so far (rl_attention_prepare lowers it): a GPU whose GPCs hold fewer SMs,
  * or a partition of one, may have no room for 16, and such a launch fails rather than waits.
- * Only ever lowered, so contexts of different shapes share the smallest answer (opened one at a
- * time: prepare is not thread-safe). */
-static int att_room = ATT_CLMAX;
+ * Only ever lowered, so contexts of different shapes share the smallest answer; atomic because
+ * one context may capture a graph while another opens (rl_cuda_open serialises the opens). A
+ * cluster and the ticket merge give the same bits, so a graph captured before a lowering stays
+ * right. */
+static std::atomic<int> att_room{ATT_CLMAX};
 
 /* whether the grid's splits make a cluster: 2 .. att_room */
 static bool att_cl_fits(const rl_att_args *a) {
     const int ny = att_ny(a);
-    return ny >= 2 && ny <= att_room;
+    return ny >= 2 && ny <= att_room.load(std::memory_order_relaxed);
 }
 
 static att_fn att_kernel(const rl_att_args *a) {
@@ -905,10 +909,11 @@ static att_fn am_kernel(const rl_att_args *a) {
     return a->hd <= 64 ? am_pick<64, false>(a->mma, cl) : am_pick<128, false>(a->mma, cl);
 }
 
-/* room: the largest cluster (along y, at most room) of f's blocks that the device can hold at
- * least once, 1 where none of 2 or more can */
-template <typename F> static void att_cl_room(int *room, F f, dim3 block, size_t smem) {
-    for (int n = *room; n >= 2; n--) {
+/* room lowered to the largest cluster (along y, at most room) of f's blocks that the device can
+ * hold at least once, 1 where none of 2 or more can */
+template <typename F> static void att_cl_room(std::atomic<int> *room, F f, dim3 block, size_t smem) {
+    int n = room->load();
+    for (; n >= 2; n--) {
         cudaLaunchAttribute at;
         at.id = cudaLaunchAttributeClusterDimension;
         at.val.clusterDim.x = 1;
@@ -921,16 +926,15 @@ template <typename F> static void att_cl_room(int *room, F f, dim3 block, size_t
         cfg.attrs = &at;
         cfg.numAttrs = 1;
         int k = 0;
-        if (cudaOccupancyMaxActiveClusters(&k, f, &cfg) == cudaSuccess && k > 0) {
-            *room = n;
-            return;
-        }
+        if (cudaOccupancyMaxActiveClusters(&k, f, &cfg) == cudaSuccess && k > 0) break;
         (void)cudaGetLastError(); /* no room is an answer, not an error to carry */
     }
-    *room = 1;
+    if (n < 2) n = 1;
+    for (int r = room->load(); n < r && !room->compare_exchange_weak(r, n);) {
+    }
 }
 
-int rl_att_cluster_max(void) { return att_room; }
+int rl_att_cluster_max(void) { return att_room.load(); }
 
 int rl_attention_prepare(const rl_att_args *a) {
     const size_t smem = rl_attention_smem(a);

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <mutex>
+
 extern "C" {
 #include "backend.h"
 #include "types.h"
@@ -1246,10 +1248,20 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
     return 0;
 }
 
+/* One open at a time: open raises kernels' shared-memory limits (read, then set, never lowered)
+ * and lowers the attention's cluster room, process-wide state that two concurrent opens (a
+ * server's draft and target, say) would otherwise race on. */
+static std::mutex open_mutex;
+
 extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e) {
     rl_cuda *c = (rl_cuda *)calloc(1, sizeof *c);
     if (!c) return rl_fail(e, "out of memory");
-    if (open_impl(c, m, o, b, e)) {
+    int rc;
+    {
+        std::lock_guard<std::mutex> lock(open_mutex);
+        rc = open_impl(c, m, o, b, e);
+    }
+    if (rc) {
         cuda_free(c);
         memset(b, 0, sizeof *b);
         return -1;
