@@ -453,10 +453,21 @@ static void test_att_stage(void) {
           rl_cuda_att_cluster_max());
 }
 
-int main(void) {
+/* test_cuda [att]: "att" runs the attention tests alone, small enough for compute-sanitizer's
+ * racecheck to finish (decoding under it does not, with its launches a token) */
+int main(int argc, char **argv) {
+    if (argc > 2 || (argc == 2 && strcmp(argv[1], "att") != 0)) {
+        fprintf(stderr, "usage: test_cuda [att]\n");
+        return 2;
+    }
     if (!rl_cuda_device_present()) {
         printf("test_cuda: no CUDA device, skipped\n");
         return 77;
+    }
+    if (argc == 2) {
+        test_prefill_attention();
+        test_att_stage();
+        return check_report("test_cuda att");
     }
     const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_FP8, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2, RL_RQ4};
     /* the last: more work items than resident warps, so a streamed warp runs on across items */
