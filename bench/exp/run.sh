@@ -41,6 +41,7 @@
 #                                      first key and value rows copied before its PDL wait, against
 #                                      main: SKIPPERF=1 bits and sanitizer, SKIPBITS=1 tg128 at d0 /
 #                                      d4096 and S=16 (two calls; CHUNKS)
+#   bash bench/exp/run.sh kb           one knob's bytes: logits under each KB_V of KB_K the same (KB_B, KB_N, CHUNKS)
 #   bash bench/exp/run.sh cfg          knob settings side by side (CFGS, CFG_D, CHUNKS, ROUNDS): tg128
 #                                      at depths and S=16, percent against the first setting
 #                                      (CFG_BIN: another build's rawloop, e.g. /tmp/b/floor/rawloop)
@@ -447,9 +448,14 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
+kb)
+  # one knob's bytes (session 44): logits of KB_N ids by exact chunks of each of KB_B, fast and
+  # --exact, under each of KB_V for the knob KB_K, on CHUNKS: all the same, or a line says which not
+  F=${CHUNKS:-tl 8b}; models $F
+  for f in $F; do for ex in "" --exact; do XLG_FLAGS=$ex kbits $KB_K "$KB_V" "${KB_B:-1 16}" ${KB_N:-300}; done; done ;;
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, cfg, amma, amprof, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

@@ -203,6 +203,7 @@ static int read_knobs(rl_cuda_knobs *k, rl_err *e) {
          * head's, once 128, lost 6-13% at depth 4096 and was removed, v2.40) */
         knob("RL_CUDA_ATT_MMA", 33, 0, 127, &k->att_mma, e) ||
         knob("RL_CUDA_ATT_BANDS", 1, 0, 1, &k->att_bands, e) || /* decoding's graphs by splits (dgraph) */
+        knob("RL_CUDA_ATT_PDL_BAND", 0, 0, 1024, &k->att_pdl_band, e) || /* enqueue */
         knob("RL_CUDA_MVX_STAGE8", 1, 0, 1, &k->mvx_stage8, e) || /* 8-warp staging of a chunk input without a norm */
         knob("RL_CUDA_MVX_RES", -1, 0, 1, &k->mvx_res, e) || /* the exact chunk's layout; unset: mvx_res_for */
         knob("RL_CUDA_PF_MMA", 1, 0, 1, &k->pf_mma, e) || /* the fast prefill's attention (attention.cu) */
@@ -464,8 +465,11 @@ static int enqueue(rl_cuda *c, int ns, int head, int splits, rl_err *e) {
             mark(c, "rope+kv", 0);
         }
         /* RL_CUDA_ATT_MMA bit 8: the tensor-core attention launched with PDL (measured apart:
-         * PDL on the default kernel cost 12-14% at depth 4096, docs/PERF.md v2.37 §1) */
-        const bool apdl = pdl || (c->knobs.pdl && (c->knobs.att_mma & 9) == 9 && rl_att_mma(&P.att));
+         * PDL on the default kernel cost 12-14% at depth 4096, docs/PERF.md v2.37 §1);
+         * RL_CUDA_ATT_PDL_BAND: any attention, in a decoding graph of at most that many splits */
+        const int most = splits > 0 ? splits : c->n_split; /* the graph's splits a head */
+        const bool apdl = pdl || (c->knobs.pdl && (((c->knobs.att_mma & 9) == 9 && rl_att_mma(&P.att)) ||
+                                                   (ns == 1 && most <= c->knobs.att_pdl_band)));
         if (rl_attention_launch(&P.att, apdl, c->st)) rc = -1;
         c->n.launches++;
         mark(c, "attention", -1);

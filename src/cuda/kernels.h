@@ -208,6 +208,9 @@ struct rl_cuda_knobs {
     int att_bands;       /* decoding's graph by the position's attention splits (at most 1, 2,
                             4, 8, 16, or all), so the grid holds only splits that run
                             (RL_CUDA_ATT_BANDS: 1 default, 0 one graph); the same bits */
+    int att_pdl_band;    /* the attention launched with PDL in decoding's graphs whose grid holds
+                            at most this many splits (RL_CUDA_ATT_PDL_BAND; 0: as
+                            RL_CUDA_ATT_MMA bit 8 says); the same bits */
     int att_stage;       /* in such a chunk the flash decode writes Wo's int8 input itself, one
                             launch a layer fewer (RL_CUDA_ATT_STAGE: 1 default, 0 Wo's own
                             staging launch); the same bits */
