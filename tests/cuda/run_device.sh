@@ -222,13 +222,13 @@ if has s; then
             rc=$?
             row "| tinyllama-1.1b Q4_0 | compute-sanitizer $tool, exact chunks' attention per KV group, 1-2 splits | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-gqa.txt" | head -1) | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
         done
-        # every attention kernel and variant, the tensor-core clusters (2-16 splits, merged
-        # through distributed shared memory) among them, which the logits rows above never run
-        # (their prompts are one split long): test_cuda's attention tests alone (session 44)
+        # test_cuda's attention tests alone (session 44): the prefill kernels and the flash
+        # decode's variants, the tensor-core clusters (2-16 splits, merged through distributed
+        # shared memory) among them, which the logits rows above never run (one-split prompts)
         for tool in memcheck racecheck; do
             timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 3 "$B/test_cuda" att >"$OUT/sanitizer-$tool-att.txt" 2>&1
             rc=$?
-            row "| - | compute-sanitizer $tool, test_cuda att (every attention kernel, clusters too) | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-att.txt" | head -1); $(grep -E '^test_cuda att:' "$OUT/sanitizer-$tool-att.txt") | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
+            row "| - | compute-sanitizer $tool, test_cuda att (the attention tests, clusters too) | rc $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-att.txt" | head -1); $(grep -E '^test_cuda att:' "$OUT/sanitizer-$tool-att.txt") | $([ $rc = 0 ] && echo PASS || echo FAIL) |"
         done
         # racecheck on race-free probes with the persistent kernel's barrier pattern: hazards
         # for NAMED 2/3 are the tool's (tests/cuda/racecheck_probe.cu)
