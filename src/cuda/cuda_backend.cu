@@ -1257,6 +1257,16 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
  * server's draft and target, say) would otherwise race on. */
 static std::mutex open_mutex;
 
+/* The test hooks' prepares under the same lock: they set the same process-wide state. */
+static int locked_mv_prepare(int max_n) {
+    std::lock_guard<std::mutex> lock(open_mutex);
+    return rl_mv_prepare(max_n);
+}
+static int locked_att_prepare(const rl_att_args *a) {
+    std::lock_guard<std::mutex> lock(open_mutex);
+    return rl_attention_prepare(a);
+}
+
 extern "C" int rl_cuda_open(rl_backend *b, const rl_model *m, const rl_backend_opts *o, rl_err *e) {
     rl_cuda *c = (rl_cuda *)calloc(1, sizeof *c);
     if (!c) return rl_fail(e, "out of memory");
@@ -1350,7 +1360,7 @@ static int test_matvec(uint32_t type, const void *w, size_t rows, size_t cols, s
         a.scratch = scratch;
         if (kernel) *kernel = rl_mvs_warps(&a, &c.knobs) > 0 ? 1 + rl_mvb_applies(&a, &c.knobs) : 0;
         int n = -1;
-        if (rl_mv_prepare((int)cols) || (n = rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0, NULL)) < 0 ||
+        if (locked_mv_prepare((int)cols) || (n = rl_mv_launch(&a, &c.knobs, p.multiProcessorCount, 0, NULL)) < 0 ||
             cudaDeviceSynchronize() || cudaMemcpy(y, dy, ns * out_rows * 4, cudaMemcpyDeviceToHost))
             rc = rl_fail(e, "CUDA: test matvec failed: %s", cudaGetErrorString(cudaGetLastError()));
         if (launches) *launches = n;
@@ -1502,7 +1512,7 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         t2.mma = mma; /* the tensor-core kernel is its own bits: staged against itself unstaged */
         uint8_t *h1 = (uint8_t *)malloc(sb), *h2 = (uint8_t *)malloc(sb), *y1 = (uint8_t *)malloc(nq * 4),
                 *y2 = (uint8_t *)malloc(nq * 4);
-        int st = !h1 || !h2 || !y1 || !y2 ? -1 : rl_attention_prepare(&t1);
+        int st = !h1 || !h2 || !y1 || !y2 ? -1 : locked_att_prepare(&t1);
         /* after prepare, which may find less room for clusters */
         *used = mma ? (asked & 32 ? rl_att_cluster(&t1) : rl_att_mma(&t1)) : rl_att_gqa(&t1);
         if (!st) st = rl_attention_launch(&t1, false, 0);
