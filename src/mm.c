@@ -121,16 +121,6 @@ AINLINE void store_scaled(float *dst, __m256i q, __m256 d, __m256 sub) {
     }
 }
 
-static void scale_min_k4(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 /* Dequantizes len values (a multiple of the block size, at most 256) starting at block
  * pointer b. Same products as the reference, so results are bit-identical to it. */
 static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t len) {
@@ -177,7 +167,7 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         RL_UNROLL
         for (size_t j = 0; j < 8; j++) {
             uint8_t sc, m;
-            scale_min_k4(j, b + 4, &sc, &m);
+            rl_k4_scale_min(j, b + 4, &sc, &m);
             store_scaled(dst + 32 * j, qk45_vals(qs, qh, j), _mm256_set1_ps(d * sc), _mm256_set1_ps(dmin * m));
         }
         return;
@@ -248,40 +238,7 @@ AINLINE void dots_n(const float *const *p, const float *x, size_t len, float *ou
     }
 }
 
-static void exact_rows(const rl_mm *m, size_t r0, size_t r1) {
-    enum { CH = RL_QK_K, NR = 4 };
-    _Alignas(32) float buf[NR][CH];
-    const rl_type_info *ti = rl_type_get(m->type);
-    size_t chunk_bytes = CH / ti->blck * ti->size;
-    for (size_t r = r0; r < r1; r += NR) {
-        size_t nr = r1 - r < NR ? r1 - r : NR;
-        for (size_t i0 = 0; i0 < m->n; i0 += CH) {
-            size_t len = m->n - i0 < CH ? m->n - i0 : CH;
-            const float *p[NR];
-            for (size_t k = 0; k < nr; k++) {
-                const uint8_t *w = (const uint8_t *)m->w + (r + k) * m->row_bytes + i0 / CH * chunk_bytes;
-                if (m->type == RL_F32) {
-                    p[k] = (const float *)w;
-                } else {
-                    dequant_chunk(m->type, w, buf[k], len);
-                    p[k] = buf[k];
-                }
-            }
-            bool add = i0 > 0 || m->accumulate;
-            for (size_t s = 0; s < m->S; s++) {
-                float out[NR];
-                const float *x = m->x + s * m->n + i0;
-                switch (nr) {
-                case 4: dots_n(p, x, len, out, 4); break;
-                case 3: dots_n(p, x, len, out, 3); break;
-                case 2: dots_n(p, x, len, out, 2); break;
-                default: dots_n(p, x, len, out, 1); break;
-                }
-                for (size_t k = 0; k < nr; k++) put(m, s, r + k, out[k], add);
-            }
-        }
-    }
-}
+#include "mm_exact.h"
 
 /* ---- fast path: Q8_0 / Q4_0 tiles --------------------------------------------------------- */
 
@@ -593,7 +550,7 @@ AINLINE void unpack_k(uint32_t type, const uint8_t *b, kblock *kb) {
     RL_UNROLL
     for (size_t j = 0; j < 8; j++) {
         uint8_t sc, mm;
-        scale_min_k4(j, b + 4, &sc, &mm);
+        rl_k4_scale_min(j, b + 4, &sc, &mm);
         kb->q[j] = qk45_vals(qs, qh, j);
         kb->sc[j] = _mm256_set1_epi16(sc);
         kb->mn[j] = dmin * mm;

@@ -151,16 +151,6 @@ AINLINE __m512i q6k_pair(const uint8_t *b, size_t i) {
     return _mm512_sub_epi8(_mm512_or_si512(lo, hi), _mm512_set1_epi8(32));
 }
 
-static void scale_min_k4(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 /* ---- exact path ---------------------------------------------------------------------------- */
 
 /* 16 int8 -> 16 floats d * q, minus mn for the K-quant mins (the symmetric formats have no
@@ -223,8 +213,8 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         RL_UNROLL
         for (size_t i = 0; i < 4; i++) {
             uint8_t s0, m0, s1, m1;
-            scale_min_k4(2 * i, b + 4, &s0, &m0);
-            scale_min_k4(2 * i + 1, b + 4, &s1, &m1);
+            rl_k4_scale_min(2 * i, b + 4, &s0, &m0);
+            rl_k4_scale_min(2 * i + 1, b + 4, &s1, &m1);
             float ds0 = d * s0, ds1 = d * s1, dm0 = dmin * m0, dm1 = dmin * m1;
             const float dd[4] = {ds0, ds0, ds1, ds1}, mm[4] = {dm0, dm0, dm1, dm1};
             store64(dst + 64 * i, qk45_pair(qs, qh, i), dd, mm, 1);
@@ -278,40 +268,7 @@ AINLINE void dots_n(const float *const *p, const float *x, size_t len, float *ou
     for (int k = 0; k < NR; k++) out[k] = _mm512_reduce_add_ps(_mm512_add_ps(a0[k], a1[k]));
 }
 
-static void exact_rows(const rl_mm *m, size_t r0, size_t r1) {
-    enum { CH = RL_QK_K, NR = 4 };
-    _Alignas(64) float buf[NR][CH];
-    const rl_type_info *ti = rl_type_get(m->type);
-    size_t chunk_bytes = CH / ti->blck * ti->size;
-    for (size_t r = r0; r < r1; r += NR) {
-        size_t nr = r1 - r < NR ? r1 - r : NR;
-        for (size_t i0 = 0; i0 < m->n; i0 += CH) {
-            size_t len = m->n - i0 < CH ? m->n - i0 : CH;
-            const float *p[NR];
-            for (size_t k = 0; k < nr; k++) {
-                const uint8_t *w = (const uint8_t *)m->w + (r + k) * m->row_bytes + i0 / CH * chunk_bytes;
-                if (m->type == RL_F32) {
-                    p[k] = (const float *)w;
-                } else {
-                    dequant_chunk(m->type, w, buf[k], len);
-                    p[k] = buf[k];
-                }
-            }
-            bool add = i0 > 0 || m->accumulate;
-            for (size_t s = 0; s < m->S; s++) {
-                float out[NR];
-                const float *x = m->x + s * m->n + i0;
-                switch (nr) {
-                case 4: dots_n(p, x, len, out, 4); break;
-                case 3: dots_n(p, x, len, out, 3); break;
-                case 2: dots_n(p, x, len, out, 2); break;
-                default: dots_n(p, x, len, out, 1); break;
-                }
-                for (size_t k = 0; k < nr; k++) put(m, s, r + k, out[k], add);
-            }
-        }
-    }
-}
+#include "mm_exact.h"
 
 /* ---- fast path: row-major tiles of the 32-value formats ---------------------------------- */
 
@@ -545,8 +502,8 @@ AINLINE void unpack_k(uint32_t type, const uint8_t *b, kblock *kb) {
     RL_UNROLL
     for (size_t i = 0; i < 4; i++) {
         uint8_t s0, m0, s1, m1;
-        scale_min_k4(2 * i, b + 4, &s0, &m0);
-        scale_min_k4(2 * i + 1, b + 4, &s1, &m1);
+        rl_k4_scale_min(2 * i, b + 4, &s0, &m0);
+        rl_k4_scale_min(2 * i + 1, b + 4, &s1, &m1);
         kb->q[i] = qk45_pair(qs, qh, i);
         kb->sc[i] = _mm512_mask_blend_epi32(0xFF00, _mm512_set1_epi32(s0), _mm512_set1_epi32(s1));
         kb->mn[2 * i] = dmin * m0;

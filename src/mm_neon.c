@@ -157,16 +157,6 @@ AINLINE void store16(float *dst, int8x16_t q, float d, float mn) {
     }
 }
 
-static void scale_min_k4(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 /* len values (a multiple of 32) of a 32-value block format. Q4_1's / Q5_1's d*q - (-m) rounds as the
  * reference's d*q + m does (x - (-y) is x + y for every x, y, signed zeros included). */
 AINLINE void dequant_q(const uint8_t *b, float *dst, size_t len, const int f) {
@@ -209,7 +199,7 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
         const uint8_t *qh = type == RL_Q5_K ? b + 16 : NULL, *qs = type == RL_Q5_K ? b + 48 : b + 16;
         for (size_t j = 0; j < 8; j++) {
             uint8_t sc, m;
-            scale_min_k4(j, b + 4, &sc, &m);
+            rl_k4_scale_min(j, b + 4, &sc, &m);
             qk45_vals(qs, qh, j, v);
             float ds = d * sc, dm = dmin * m;
             store16(dst + 32 * j, v[0], ds, dm);
@@ -255,40 +245,7 @@ AINLINE void dots_n(const float *const *p, const float *x, size_t len, float *ou
     }
 }
 
-static void exact_rows(const rl_mm *m, size_t r0, size_t r1) {
-    enum { CH = RL_QK_K, NR = 4 };
-    _Alignas(16) float buf[NR][CH];
-    const rl_type_info *ti = rl_type_get(m->type);
-    size_t chunk_bytes = CH / ti->blck * ti->size;
-    for (size_t r = r0; r < r1; r += NR) {
-        size_t nr = r1 - r < NR ? r1 - r : NR;
-        for (size_t i0 = 0; i0 < m->n; i0 += CH) {
-            size_t len = m->n - i0 < CH ? m->n - i0 : CH;
-            const float *p[NR];
-            for (size_t k = 0; k < nr; k++) {
-                const uint8_t *w = (const uint8_t *)m->w + (r + k) * m->row_bytes + i0 / CH * chunk_bytes;
-                if (m->type == RL_F32) {
-                    p[k] = (const float *)w;
-                } else {
-                    dequant_chunk(m->type, w, buf[k], len);
-                    p[k] = buf[k];
-                }
-            }
-            bool add = i0 > 0 || m->accumulate;
-            for (size_t s = 0; s < m->S; s++) {
-                float out[NR];
-                const float *x = m->x + s * m->n + i0;
-                switch (nr) {
-                case 4: dots_n(p, x, len, out, 4); break;
-                case 3: dots_n(p, x, len, out, 3); break;
-                case 2: dots_n(p, x, len, out, 2); break;
-                default: dots_n(p, x, len, out, 1); break;
-                }
-                for (size_t k = 0; k < nr; k++) put(m, s, r + k, out[k], add);
-            }
-        }
-    }
-}
+#include "mm_exact.h"
 
 /* ---- fast path: row-major Q8_0 / Q4_0 / Q5_0 / Q5_1 tiles --------------------------------- */
 
@@ -587,7 +544,7 @@ AINLINE void unpack_k(uint32_t type, const uint8_t *b, kblock *kb) {
     kb->d = ld_h(b);
     for (size_t j = 0; j < 8; j++) {
         uint8_t sc, mm;
-        scale_min_k4(j, b + 4, &sc, &mm);
+        rl_k4_scale_min(j, b + 4, &sc, &mm);
         qk45_vals(qs, qh, j, kb->q[j]);
         kb->sc[2 * j] = kb->sc[2 * j + 1] = sc;
         kb->mn[j] = dmin * mm;

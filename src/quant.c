@@ -85,26 +85,15 @@ static inline void st_f16(uint8_t *p, float f) {
     p[1] = (uint8_t)(h >> 8);
 }
 
-/* Q4_K / Q5_K: 8 six-bit scales and mins packed in 12 bytes. */
-static inline void scale_min_k4(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-    }
-}
-
 /* Q4_K: [0,2) d  [2,4) dmin  [4,16) scales  [16,144) qs */
 static void deq_q4_k(const uint8_t *b, float *y) {
     float d = ld_f16(b), dmin = ld_f16(b + 2);
     const uint8_t *sc = b + 4, *q = b + 16;
     for (size_t j = 0, is = 0; j < RL_QK_K; j += 64, is += 2) {
         uint8_t s, m;
-        scale_min_k4(is, sc, &s, &m);
+        rl_k4_scale_min(is, sc, &s, &m);
         float d1 = d * s, m1 = dmin * m;
-        scale_min_k4(is + 1, sc, &s, &m);
+        rl_k4_scale_min(is + 1, sc, &s, &m);
         float d2 = d * s, m2 = dmin * m;
         for (size_t l = 0; l < 32; l++) y[j + l] = d1 * (q[l] & 0xF) - m1;
         for (size_t l = 0; l < 32; l++) y[j + 32 + l] = d2 * (q[l] >> 4) - m2;
@@ -119,9 +108,9 @@ static void deq_q5_k(const uint8_t *b, float *y) {
     const uint8_t *sc = b + 4, *qh = b + 16, *q = b + 48;
     for (size_t j = 0, is = 0; j < RL_QK_K; j += 64, is += 2) {
         uint8_t s, m;
-        scale_min_k4(is, sc, &s, &m);
+        rl_k4_scale_min(is, sc, &s, &m);
         float d1 = d * s, m1 = dmin * m;
-        scale_min_k4(is + 1, sc, &s, &m);
+        rl_k4_scale_min(is + 1, sc, &s, &m);
         float d2 = d * s, m2 = dmin * m;
         for (size_t l = 0; l < 32; l++)
             y[j + l] = d1 * ((q[l] & 0xF) + (((qh[l] >> is) & 1) << 4)) - m1;
@@ -530,7 +519,7 @@ static float kq_fit_asym(const float *x, const float *e, int nmax, float r0, flo
     return scale;
 }
 
-/* Packs 8 six-bit scales and mins the way scale_min_k4 reads them. A value above 63 is not
+/* Packs 8 six-bit scales and mins the way rl_k4_scale_min reads them. A value above 63 is not
  * masked: its high bits land in the neighbouring fields as they do in ggml's packing. Only
  * llama.cpp's imatrix Q4_K stores such a value (a negative sub-block scale wraps in uint8 and is
  * not clamped there: quant_k45); every other caller passes values <= 63. */
@@ -694,7 +683,7 @@ static void quant_k45(const float *x, const float *w, uint8_t *b, int bits) {
     float df = ld_f16(b), dminf = ld_f16(b + 2);
     for (size_t j = 0; j < 8; j++) {
         uint8_t s6, m6;
-        scale_min_k4(j, b + 4, &s6, &m6);
+        rl_k4_scale_min(j, b + 4, &s6, &m6);
         float ds = df * s6;
         if (ds == 0) continue;
         float dm = dminf * m6;
@@ -1106,7 +1095,7 @@ static float ref_fast_dot(uint32_t type, const uint8_t *w, const rl_q8a *a, size
             const rl_q8a *ab = a + 8 * i;
             for (size_t j = 0; j < 8; j++) {
                 uint8_t sc, m;
-                scale_min_k4(j, w + 4, &sc, &m);
+                rl_k4_scale_min(j, w + 4, &sc, &m);
                 int dot = 0;
                 for (size_t l = 0; l < 32; l++) {
                     int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;

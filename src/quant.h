@@ -26,6 +26,18 @@ uint16_t rl_f32_to_bf16(float f);
 void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n); /* SIMD where available */
 void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 
+/* Q4_K / Q5_K: scale and min j (0..7) of the 8 six-bit pairs packed in a super-block's 12
+ * bytes q (ggml's layout); every reader of the format takes them from here. */
+static inline void rl_k4_scale_min(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
 /* A Q8_0 block's scale from its amax, with ggml's reference operations: d = amax / 127 stored as
  * fp16 at b (little-endian), and 1 / d returned (0 for a zero block), the factor each code is
  * x * id rounded from. The scalar quantizer and the SIMD row writers (src/mm.c, mm_neon.c) share it. */
