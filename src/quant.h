@@ -27,7 +27,8 @@ void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n); /* SIMD where
 void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n);
 
 /* Q4_K / Q5_K: scale and min j (0..7) of the 8 six-bit pairs packed in a super-block's 12
- * bytes q (ggml's layout); every reader of the format takes them from here. */
+ * bytes q (ggml's layout); every CPU reader of the format takes them from here (the GPU
+ * unpacks them in src/cuda/dequant.cuh). */
 static inline void rl_k4_scale_min(size_t j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
     if (j < 4) {
         *sc = q[j] & 63;
