@@ -152,12 +152,13 @@ tests-*)
   # TTIME: a limit on run_device.sh itself (a timeout around run.sh leaves it running alone)
   OUT=/tmp/rl-out-$v timeout ${TTIME:-560} bash tests/cuda/run_device.sh /tmp/bd "${TSTAGES:-k e r g b}"
   cat /tmp/rl-out-$v/summary.txt
-  # lean-loop.patch's builds (c207744's tree): also in 16-warp blocks, and with its two-round knob
-  # (leanI / leanT have no such knob: run their 16-warp pass with TTIME to spare)
-  if case $v in lean|lsf|lean1|leanG) true ;; *) false ;; esac; then
+  # the lean builds also in 16-warp blocks; lean-loop.patch's (c207744's tree) also with its
+  # two-round knob, which leanI / leanT do not have
+  if [ "${v#lean}" != "$v" ]; then
     RL_CUDA_MV_WARPS=16 /tmp/bd/test_cuda > /tmp/tc16.log 2>&1; echo "test_cuda, 16 warps: $(tail -1 /tmp/tc16.log)"
-    RL_CUDA_MV_WARPS=16 RL_CUDA_RQ2_ROUNDS=2 /tmp/bd/test_cuda > /tmp/tc16u.log 2>&1
-    echo "test_cuda, 16 warps, RQ2 two rounds: $(tail -1 /tmp/tc16u.log)"
+    case $v in lean|lsf|lean1|leanG)
+      RL_CUDA_MV_WARPS=16 RL_CUDA_RQ2_ROUNDS=2 /tmp/bd/test_cuda > /tmp/tc16u.log 2>&1
+      echo "test_cuda, 16 warps, RQ2 two rounds: $(tail -1 /tmp/tc16u.log)" ;; esac
   fi ;;
 cmp-*)
   v=${MODE#cmp-}; W=/tmp/b/$v/rawloop; [ -x $W ] || { echo "no build of $v here"; exit 2; }
