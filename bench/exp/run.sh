@@ -45,7 +45,8 @@
 #                                      leanI, lean-loop's cursor with each epilogue inline): decoding
 #                                      logits byte for byte (-b 1, fast and --exact, 40 ids), tg128
 #                                      alternated (ROUNDS, 2), lab_mvs 20 4 of both (CMP: the files,
-#                                      default "tl 7b 7brq2 7bq4km"; SKIPBITS=1 / SKIPPERF=1)
+#                                      default "tl 7b 7brq2 7bq4km"; SKIPBITS=1 / SKIPPERF=1 /
+#                                      SKIPLAB=1); cmp-A+B+... compares several variants with main
 #   bash bench/exp/run.sh kb           one knob's bytes: logits under each KB_V of KB_K the same (KB_B, KB_N, CHUNKS)
 #   bash bench/exp/run.sh cfg          knob settings side by side (CFGS, CFG_D, CHUNKS, ROUNDS): tg128
 #                                      at depths and S=16, percent against the first setting
@@ -161,16 +162,18 @@ tests-*)
       echo "test_cuda, 16 warps, RQ2 two rounds: $(tail -1 /tmp/tc16u.log)" ;; esac
   fi ;;
 cmp-*)
-  v=${MODE#cmp-}; W=/tmp/b/$v/rawloop; [ -x $W ] || { echo "no build of $v here"; exit 2; }
+  VS=$(echo ${MODE#cmp-} | tr + ' ')
+  for v in $VS; do [ -x /tmp/b/$v/rawloop ] || { echo "no build of $v here"; exit 2; }; done
   F=${CMP:-tl 7b 7brq2 7bq4km}; models $F
   IDS=$(seq 100 139 | tr '\n' ' ')
   [ "${SKIPBITS:-0}" = 1 ] || for f in $F; do for ex in "" --exact; do
-    for b in main $v; do /tmp/b/$b/rawloop logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" -b 1 $ex -o /tmp/l-$b > /dev/null 2>&1; done
-    same "main = $v" /tmp/l-main /tmp/l-$v; rm -f /tmp/l-*
+    for b in main $VS; do /tmp/b/$b/rawloop logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" -b 1 $ex -o /tmp/l-$b > /dev/null 2>&1; done
+    same "main = $(echo $VS | sed 's/ / = /g')" /tmp/l-main $(for v in $VS; do echo /tmp/l-$v; done); rm -f /tmp/l-*
   done; done
   [ "${SKIPPERF:-0}" = 1 ] || {
-    for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do tg $M /tmp/m/$f.gguf "$f main r$r"; tg $W /tmp/m/$f.gguf "$f $v r$r"; done; done
-    for b in main $v; do [ -x /tmp/b/$b/lab_mvs ] || continue; echo "== lab_mvs 20 4, $b"; /tmp/b/$b/lab_mvs 20 4 | grep -v "^$"; done; } ;;
+    for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do tg $M /tmp/m/$f.gguf "$f main r$r"
+      for v in $VS; do tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v r$r"; done; done; done
+    [ "${SKIPLAB:-0}" = 1 ] || for b in main $VS; do [ -x /tmp/b/$b/lab_mvs ] || continue; echo "== lab_mvs 20 4, $b"; /tmp/b/$b/lab_mvs 20 4 | grep -v "^$"; done; } ;;
 bits)
   models tl 7b 7brq2 7bq4km
   IDS=$(seq 100 139 | tr '\n' ' ')
