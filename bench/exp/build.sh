@@ -10,7 +10,8 @@
 # session 46: lean-loop's cursor with each epilogue inline), leanT (leanI with the item's
 # rows resolved ahead, + leanT-on-leanI.patch), leanB (session 47: leanI with mvs.cu's
 # streamed kernels, mvs and mvs2, bounded to two 512-thread blocks an SM, i.e. 64 registers;
-# rawloop and lab_mvs only) and leanTB (leanT so bounded), each into its own
+# rawloop and lab_mvs only), leanTB (leanT so bounded) and leanL (leanI with mvs_locate
+# inlined, + leanL-on-leanI.patch), each into its own
 # build-dev/VARIANT.tar.xz. (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
 # session 30, run.sh dual timing main's RL_CUDA_MVS2; mvx-trim.patch in session 32; mvxw, a
 # branch, in session 34; mvxr.patch in session 36 as mvx's RES flag, with mvxr8 and mvxa, which
@@ -28,10 +29,10 @@ for v in $todo; do
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33), stage8n.patch (34) and att-pre.patch
     # (39) apply to it
-    case $v in main|fma|s8n|apre|floor|leanI|leanT|leanB|leanTB) rev=HEAD ;; *) rev=c207744 ;; esac
+    case $v in main|fma|s8n|apre|floor|leanI|leanT|leanB|leanTB|leanL) rev=HEAD ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; leanI|leanB) patch=leanI.patch ;; leanT|leanTB) patch="leanI.patch leanT-on-leanI.patch" ;;
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; leanI|leanB) patch=leanI.patch ;; leanT|leanTB) patch="leanI.patch leanT-on-leanI.patch" ;; leanL) patch="leanI.patch leanL-on-leanI.patch" ;;
         fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; apre) patch=att-pre.patch ;; floor) patch=floor.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
@@ -45,7 +46,7 @@ for v in $todo; do
         [ "$(grep -c '__launch_bounds__(512, 2) mvs' "$src/src/cuda/mvs.cu")" = 2 ] || { echo "$v: bounds edit failed"; exit 1; }; fi
     bins="build-h200/rawloop build-h200/test_cuda"
     case $v in leanB|leanTB) bins="build-h200/rawloop" ;; esac
-    case $v in main|lean|lsf|leanI|leanT|leanB|leanTB) bins="$bins build-h200/lab_mvs" ;; esac
+    case $v in main|lean|lsf|leanI|leanT|leanB|leanTB|leanL) bins="$bins build-h200/lab_mvs" ;; esac
     [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
     make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }
