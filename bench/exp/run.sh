@@ -6,7 +6,9 @@
 #                                      tests-VARIANT on any variant carried: lean1, leanG, ...),
 #                                      and its test_cuda in 16-warp blocks with RQ2's two-round
 #                                      stages (RL_CUDA_RQ2_ROUNDS=2)
-#   bash bench/exp/run.sh bits         decoding logits (-b 1, fast and --exact) of main, lean
+#   bash bench/exp/run.sh bits         decoding logits (--prefill exact -b 1, fast and --exact; before
+#                                      session 47 the fast ones lacked --prefill exact and so went
+#                                      through the cuBLAS prefill, not the kernels) of main, lean
 #                                      and lean with RL_CUDA_RQ2_ROUNDS=2 on TinyLlama / 7B
 #                                      Q4_0, 7B RQ2, 7B Q4_K_M: the same bytes, or lean is wrong
 #   bash bench/exp/run.sh lean         tg128 main / lean alternated (TinyLlama and 7B Q4_0, 7B
@@ -43,7 +45,8 @@
 #                                      d4096 and S=16 (two calls; CHUNKS)
 #   bash bench/exp/run.sh cmp-VAR      a variant carried as build-dev/VAR.tar.xz against main (session 46:
 #                                      leanI, lean-loop's cursor with each epilogue inline): decoding
-#                                      logits byte for byte (-b 1, fast and --exact, 40 ids), tg128
+#                                      logits byte for byte (--prefill exact -b 1, fast and --exact,
+#                                      40 ids; session 46's fast ones lacked --prefill exact), tg128
 #                                      alternated (ROUNDS, 2), lab_mvs 20 4 of both (CMP: the files,
 #                                      default "tl 7b 7brq2 7bq4km"; SKIPBITS=1 / SKIPPERF=1 /
 #                                      SKIPLAB=1); cmp-A+B+... compares several variants with main
@@ -167,7 +170,7 @@ cmp-*)
   F=${CMP:-tl 7b 7brq2 7bq4km}; models $F
   IDS=$(seq 100 139 | tr '\n' ' ')
   [ "${SKIPBITS:-0}" = 1 ] || for f in $F; do for ex in "" --exact; do
-    for b in main $VS; do /tmp/b/$b/rawloop logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" -b 1 $ex -o /tmp/l-$b > /dev/null 2>&1; done
+    for b in main $VS; do /tmp/b/$b/rawloop logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" --prefill exact -b 1 $ex -o /tmp/l-$b > /dev/null 2>&1; done
     same "main = $(echo $VS | sed 's/ / = /g')" /tmp/l-main $(for v in $VS; do echo /tmp/l-$v; done); rm -f /tmp/l-*
   done; done
   [ "${SKIPPERF:-0}" = 1 ] || {
@@ -178,7 +181,7 @@ bits)
   models tl 7b 7brq2 7bq4km
   IDS=$(seq 100 139 | tr '\n' ' ')
   for f in tl 7b 7brq2 7bq4km; do for ex in "" --exact; do
-    lg() { local o=$1 b=$2; shift 2; env "$@" $b logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" -b 1 $ex -o $o > /dev/null 2>&1; }
+    lg() { local o=$1 b=$2; shift 2; env "$@" $b logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" --prefill exact -b 1 $ex -o $o > /dev/null 2>&1; }
     lg /tmp/l-main $M; lg /tmp/l-lean $L; lg /tmp/l-lean2 $L RL_CUDA_RQ2_ROUNDS=2; more= names=
     for v in lean1 leanG; do [ ! -x /tmp/b/$v/rawloop ] || { lg /tmp/l-$v /tmp/b/$v/rawloop; more="$more /tmp/l-$v"; names="$names = $v"; }; done
     same "main = lean = lean two rounds$names" /tmp/l-main /tmp/l-lean /tmp/l-lean2 $more
