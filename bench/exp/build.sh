@@ -41,7 +41,8 @@ for v in $todo; do
     case $v in lean1) flush=1 ;; leanG) flush='(GLU ? 16 : 1)' ;; *) flush= ;; esac
     [ -z "$flush" ] || sed -i "s/if (++nk == 16) flush();/if (++nk == $flush) flush();/" "$src/src/cuda/mvs.cuh"
     [ -z "$flush" ] || grep -q "++nk == $flush)" "$src/src/cuda/mvs.cuh" || { echo "$v: flush edit failed"; exit 1; }
-    # leanB: the register bound as a timing test (it spills 4-136 bytes in 10 kernels)
+    # leanB / leanTB: the register bound as a timing test (it spills 4-136 bytes in 10 kernels;
+    # 5-9% slower on the 7B files, PERF.md v2.44)
     if [ $v = leanB ] || [ $v = leanTB ]; then sed -i 's/__launch_bounds__(512, 1) mvs/__launch_bounds__(512, 2) mvs/' "$src/src/cuda/mvs.cu"
         [ "$(grep -c '__launch_bounds__(512, 2) mvs' "$src/src/cuda/mvs.cu")" = 2 ] || { echo "$v: bounds edit failed"; exit 1; }; fi
     bins="build-h200/rawloop build-h200/test_cuda"
