@@ -170,7 +170,7 @@ cmp-*)
   F=${CMP:-tl 7b 7brq2 7bq4km}; models $F
   IDS=$(seq 100 139 | tr '\n' ' ')
   [ "${SKIPBITS:-0}" = 1 ] || for f in $F; do for ex in "" --exact; do
-    for b in main $VS; do /tmp/b/$b/rawloop logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" --prefill exact -b 1 $ex -o /tmp/l-$b > /dev/null 2>&1; done
+    for b in main $VS; do XLG_FLAGS=$ex xlg /tmp/b/$b/rawloop /tmp/l-$b 1 "$IDS"; done
     same "main = $(echo $VS | sed 's/ / = /g')" /tmp/l-main $(for v in $VS; do echo /tmp/l-$v; done); rm -f /tmp/l-*
   done; done
   [ "${SKIPPERF:-0}" = 1 ] || {
@@ -181,7 +181,7 @@ bits)
   models tl 7b 7brq2 7bq4km
   IDS=$(seq 100 139 | tr '\n' ' ')
   for f in tl 7b 7brq2 7bq4km; do for ex in "" --exact; do
-    lg() { local o=$1 b=$2; shift 2; env "$@" $b logits --device cuda -m /tmp/m/$f.gguf --ids "$IDS" --prefill exact -b 1 $ex -o $o > /dev/null 2>&1; }
+    lg() { local o=$1 b=$2; shift 2; ([ $# = 0 ] || export "$@"; XLG_FLAGS=$ex xlg $b $o 1 "$IDS"); }
     lg /tmp/l-main $M; lg /tmp/l-lean $L; lg /tmp/l-lean2 $L RL_CUDA_RQ2_ROUNDS=2; more= names=
     for v in lean1 leanG; do [ ! -x /tmp/b/$v/rawloop ] || { lg /tmp/l-$v /tmp/b/$v/rawloop; more="$more /tmp/l-$v"; names="$names = $v"; }; done
     same "main = lean = lean two rounds$names" /tmp/l-main /tmp/l-lean /tmp/l-lean2 $more
