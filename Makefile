@@ -50,7 +50,8 @@ ifeq ($(CUDA),1)
   LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
   LIB_OBJ  += $(CU_OBJ)
   # the kernel lab (bench/lab_*.cu) is built too, so that it compiles against today's kernels
-  CUDA_TEST := $(BUILD)/test_cuda $(BUILD)/racecheck_probe $(patsubst bench/%.cu,$(BUILD)/%,$(wildcard bench/lab_*.cu))
+  CUDA_TEST := $(BUILD)/test_cuda $(BUILD)/racecheck_probe $(patsubst bench/%.cu,$(BUILD)/%,$(wildcard bench/lab_*.cu)) \
+               $(BUILD)/test_cursor
 endif
 CLI_SRC  := $(wildcard cli/*.c)
 CLI_OBJ  := $(patsubst cli/%.c,$(BUILD)/obj/cli/%.o,$(CLI_SRC))
@@ -76,6 +77,9 @@ $(BUILD)/obj/cuda-$(CUDA).stamp: | $(BUILD)/obj
 # GPU test program (run on a machine with a GPU: tests/cuda/run_device.sh)
 $(BUILD)/test_cuda: tests/cuda/test_cuda.c tests/unit/check.h $(BUILD)/librawloop.a
 	$(CC) $(CFLAGS) -Isrc -Isrc/cuda -Itests/unit $< $(BUILD)/librawloop.a -o $@ $(LDFLAGS) $(LDLIBS)
+# the streamed matvec's copy cursor walked on the host: runs without a GPU (tests/py/test_units.py)
+$(BUILD)/test_cursor: tests/cuda/test_cursor.cu tests/unit/check.h $(wildcard src/cuda/*.h src/cuda/*.cuh) | $(BUILD)/obj
+	$(NVCC) $(NVFLAGS) -Isrc -Isrc/cuda -Itests/unit $< -o $@
 # racecheck's report on the persistent kernel, reproduced on a race-free kernel (stage s)
 $(BUILD)/racecheck_probe: tests/cuda/racecheck_probe.cu | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) $< -o $@

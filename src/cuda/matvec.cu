@@ -311,7 +311,7 @@ mv_kernel(const rl_mv_args a) {
                     const float *xd = (const float *)(xq + n);
                     const int *xsum = (const int *)(xd + nch);
                     if constexpr (T == RL_RQ2) {
-                        if constexpr (Q8) rq2_q8<LUT>(rw[u], xq, xd, xsum, c, lut, acc[s]);
+                        if constexpr (Q8) rq2_q8<LUT>(rw[u], xq, xd, xsum, c, lut, acc[s], 0);
                         else rq2_f32<LUT>(rw[u], xs_s, c, lut, acc[s]);
                     } else if constexpr (T == RL_RQ4) {
                         if constexpr (Q8) rq4_q8(rw[u], xq, xd, xsum, c, acc[s]);

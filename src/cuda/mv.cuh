@@ -454,39 +454,81 @@ __device__ __forceinline__ void rq2_decode(uint32_t u, const uint32_t *lut, uint
     }
 }
 
+/* dp4a of 4 unsigned bytes of a by 4 signed bytes of b, plus c (IDP.4A.U8.S8) */
+__device__ __forceinline__ int dp4a_us(uint32_t a, int b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 /* Byte offset of piece p (values 16p .. 16p + 15) of block b in the RQ2 activation plane:
  * rotated by b / 2 so that the 16-byte loads of a quarter-warp (8 consecutive blocks, 64 bytes
  * apart) hit 8 distinct bank groups; unrotated they would conflict 4-way. */
-__device__ __forceinline__ int rq2_slot(int b, int p) { return 64 * b + 16 * ((p + (b >> 1)) & 3); }
+__device__ __forceinline__ int rq2_rot(int b) { return (b >> 1) & 3; }
+__device__ __forceinline__ int rq2_slot(int b, int p) { return 64 * b + 16 * ((p + rq2_rot(b)) & 3); }
 
 /* Fast path, block b of both rows: per half h, dot = the codes . int8 inputs (dp4a), then the
  * CPU reference's term (src/quant.c ref_fast_dot), every operation rounded as there:
  *   (d * d_x) * (float)dot + m * s_x,   s_x = d_x * (float)sum(x)  (rl_q8a.s) */
-template <bool LUT>
+/* rot (MASK): rq2_rot(b), which callers whose lane l takes blocks l, l + 32, ... know from the
+ * lane alone (rq2_rot(b + 32) = rq2_rot(b)): the pieces' offsets are then the same on every
+ * step. MASK (without LUT): the one-mask decode below, the same integer dot as the shift decoder's;
+ * the streamed kernel takes it, while the register kernels keep the shifts, whose one
+ * accumulator per row needs fewer registers (eight per row and half spilled in their exact
+ * chunks of 8 and 16 columns). */
+template <bool LUT, bool MASK = false>
 __device__ __forceinline__ void rq2_q8(const raw_chunk<RL_RQ2> *r, const int8_t *xq, const float *xd,
-                                       const int *xsum, int b, const uint32_t *lut, float *acc) {
+                                       const int *xsum, int b, const uint32_t *lut, float *acc, int rot) {
     const float2 dx = *(const float2 *)(xd + 2 * b);
     const int2 sm = *(const int2 *)(xsum + 2 * b);
+    const int8_t *xb = xq + 64 * b;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        int dot[2] = {0, 0};
+        float dot[2];
+        if constexpr (LUT || !MASK) {
+            int di[2] = {0, 0};
 #pragma unroll
-        for (int p = 2 * h; p < 2 * h + 2; p++) {
-            const int4 xv = *(const int4 *)(xq + rq2_slot(b, p));
-            const int xw[4] = {xv.x, xv.y, xv.z, xv.w};
+            for (int p = 2 * h; p < 2 * h + 2; p++) {
+                const int4 xv = *(const int4 *)(xq + rq2_slot(b, p));
+                const int xw[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                uint32_t cw[4];
-                rq2_decode<LUT>(word(r[i].v[0], p), lut, cw);
+                for (int i = 0; i < 2; i++) {
+                    uint32_t cw[4];
+                    rq2_decode<LUT>(word(r[i].v[0], p), lut, cw);
 #pragma unroll
-                for (int k = 0; k < 4; k++) dot[i] = __dp4a((int)cw[k], xw[k], dot[i]);
+                    for (int k = 0; k < 4; k++) di[i] = __dp4a((int)cw[k], xw[k], di[i]);
+                }
             }
+            dot[0] = (float)di[0];
+            dot[1] = (float)di[1];
+        } else {
+            /* One mask per four codes, no shift (v2.24): u & (0x03030303 << 2k) holds codes k of
+             * the word's bytes times 4^k (bytes up to 192: an unsigned-by-signed dp4a), summed
+             * per k; 64 a0 + 16 a1 + 4 a2 + a3 is then 64 times the shift decoder's dot, exactly
+             * (a half is 32 values: |64 dot| <= 64 * 32 * 3 * 128 < 2^24, so its float is exact too, and so is the
+             * product by 2^-6: the float of the same integer). Three multiply-adds and a
+             * multiplication per row and half where the shifts took six. */
+            int a[2][4] = {};
+#pragma unroll
+            for (int p = 2 * h; p < 2 * h + 2; p++) {
+                const int4 xv = *(const int4 *)(xb + 16 * ((p + rot) & 3));
+                const int xw[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    const uint32_t u = word(r[i].v[0], p);
+#pragma unroll
+                    for (int k = 0; k < 4; k++) a[i][k] = dp4a_us(u & (0x03030303u << (2 * k)), xw[k], a[i][k]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                dot[i] = __fmul_rn((float)(64 * a[i][0] + 16 * a[i][1] + 4 * a[i][2] + a[i][3]), 0.015625f);
         }
         const float xdh = h ? dx.y : dx.x, sx = __fmul_rn(xdh, (float)(h ? sm.y : sm.x));
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const float2 dm = rq_dm(r[i].d);
-            acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(dm.x, xdh), (float)dot[i]), __fmul_rn(dm.y, sx));
+            acc[i] += __fadd_rn(__fmul_rn(__fmul_rn(dm.x, xdh), dot[i]), __fmul_rn(dm.y, sx));
         }
     }
 }
@@ -884,9 +926,26 @@ __device__ __forceinline__ void mv_epilogue(const rl_mv_args &a, const mv_task &
     if (t.rb >= 0) mv_store<CG>(a, sg, t.rb, vb, pos + s, s);
 }
 
+/* Both rows' butterflies at once (v2.24; the streamed kernel's, every lane of the warp calls
+ * it): the rows share the first step, lanes 0-15 keeping row 0's sums and lanes 16-31 row 1's,
+ * each adding its partner's sum of the row it keeps, as that row's own step does; the other
+ * four steps stay within each half. So lanes 0-15 end with mv_finish's row 0 sum and lanes
+ * 16-31 with its row 1 sum, the same additions of the same operands (a + b and b + a are the
+ * same bits), in 6 shuffles instead of 10. Lanes 0-15 return row 0's sum in va and row 1's in
+ * vb, lanes 16-31 the other way round. */
+__device__ __forceinline__ void mv_reduce2(const float *acc, float &va, float &vb) {
+    const bool lo = (threadIdx.x & 16) == 0;
+    float v = (lo ? acc[0] : acc[1]) + __shfl_xor_sync(0xffffffffu, lo ? acc[1] : acc[0], 16);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    va = v;
+    vb = __shfl_xor_sync(0xffffffffu, v, 16);
+}
+
 /* The end of work item p for column s: the lanes' two sums meet in a fixed butterfly (lane l
  * adds lane l ^ o's sum for o = 16, 8, 4, 2, 1; mv_tree32 is the same sums), then lane 0 applies
- * the epilogue. */
+ * the epilogue. (The register kernels keep this form: mv_reduce2's selects spilled in their
+ * exact chunks.) */
 template <bool GLU, bool CG = false>
 __device__ __forceinline__ void mv_finish(const rl_mv_args &a, const mv_task &t, int p, float *acc, int pos, int s) {
 #pragma unroll

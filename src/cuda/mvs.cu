@@ -22,8 +22,11 @@ __device__ __forceinline__ void mvs_block(const rl_mv_args &a, float *xs, double
     w.run(xs, red);
 }
 
+/* At most 16 warps share an SM (rl_mvs_pad), so a thread may hold 128 registers: held to
+ * ptxas's default target instead, the fp32 kernels of Q4_0, F16 and BF16 spilled a few bytes
+ * (v2.24). */
 template <int T, bool GLU, bool Q8, int DS>
-__global__ void __launch_bounds__(512) mvs_kernel(const __grid_constant__ rl_mv_args a) {
+__global__ void __launch_bounds__(512, 1) mvs_kernel(const __grid_constant__ rl_mv_args a) {
     extern __shared__ __align__(16) float xs[];
     __shared__ double red[32];
     rl_pdl_trigger();
@@ -36,7 +39,7 @@ __global__ void __launch_bounds__(512) mvs_kernel(const __grid_constant__ rl_mv_
  * launch costs several microseconds beyond its bytes (docs/PERF.md v2.21 section 2). Every
  * item is a warp's work as in its own launch, so the same sums and the same bits. */
 template <int T1, int T2, bool Q8, int D1, int D2>
-__global__ void __launch_bounds__(512) mvs2_kernel(const __grid_constant__ rl_mv_args a1,
+__global__ void __launch_bounds__(512, 1) mvs2_kernel(const __grid_constant__ rl_mv_args a1,
                                                    const __grid_constant__ rl_mv_args a2, const int nb1) {
     extern __shared__ __align__(16) float xs[];
     __shared__ double red[32];

@@ -112,8 +112,15 @@ __host__ __device__ inline size_t mvs_x_bytes(int n, bool q8) {
     return ((q8 ? stage_bytes(n, true) - xs_f32_bytes(n) : stage_bytes(n, false)) + 15) & ~(size_t)15;
 }
 
+/* #pragma unroll in code that the host compiler sees too (mvs_locate, mvs_cursor) */
+#ifdef __CUDA_ARCH__
+#define RL_UNROLL _Pragma("unroll")
+#else
+#define RL_UNROLL
+#endif
+
 /* Slot of 16-byte piece P of a row's stage: the XOR keeps it within its group of 8 pieces. */
-template <int NV> __device__ __forceinline__ int swz(int P) { return P ^ ((P >> 3) & (NV - 1)); }
+template <int NV> __host__ __device__ __forceinline__ int swz(int P) { return P ^ ((P >> 3) & (NV - 1)); }
 
 /* The staged input as the dot functions read it (mv_stage's layout at xs without F32): fp32
  * (padded), or with 8-bit activations (q8) the int8 plane, the chunk scales and the integer
@@ -134,7 +141,8 @@ struct mv_xin {
 template <int T, bool Q8>
 __device__ __forceinline__ void mvs_dot(const raw_chunk<T> *r, const mv_xin &x, int c, float *acc) {
     if constexpr (T == RL_RQ2) { /* unit c is 64-value block c */
-        if constexpr (Q8) rq2_q8<false>(r, x.xq, x.xd, x.xsum, c, nullptr, acc);
+        /* c = lane + 32j in every caller: the pieces' rotation is the lane's */
+        if constexpr (Q8) rq2_q8<false, true>(r, x.xq, x.xd, x.xsum, c, nullptr, acc, rq2_rot(threadIdx.x & 31));
         else rq2_f32<false>(r, x.xs, c, nullptr, acc);
     } else if constexpr (T == RL_RQ4) {
         if constexpr (Q8) rq4_q8(r, x.xq, x.xd, x.xsum, c, acc);
@@ -164,6 +172,159 @@ __device__ __forceinline__ void mvs_dot(const raw_chunk<T> *r, const mv_xin &x, 
     }
 }
 
+/* Where a warp's copy cursor stands on item p: lane l's first source bytes in both rows'
+ * planes (q, s), the additions dq, ds to the item G on (GLU: G rows on, else 2G rows), valid
+ * for the items before step_end (GLU: all of them; else those of p's segment with both rows),
+ * so that mv_resolve's search and multiplications run once per segment, not once per item.
+ * mv_resolve's rows, with the second row's pointers the first's plus a row or nothing (an
+ * absent second row re-reads the first). Inlined: called, it read the launch's parameters
+ * through a generic pointer (LD, not LDC), a chain of dependent loads that every warp waited
+ * out at once on each segment's first item (docs/PERF.md v2.44: 7B QKV 6% slower alone). Inlined
+ * it reads them by LDC, and the stage path keeps its length (29 instructions for Q4_0 QKV)
+ * without the register-pair copies of v2.24 (v2.45: tg128 +1-2% against the loop before). */
+struct mvs_loc {
+    const uint8_t *q[2], *s[2];
+    ptrdiff_t dq[2], ds[2];
+    int step_end;
+};
+template <int T, bool GLU>
+__host__ __device__ __forceinline__ mvs_loc mvs_locate(const rl_mv_args &a, int p, int G, int items, int lane) {
+    using TR = mvs_tr<T>;
+    int seg = 0, ra = p;
+    if (!GLU) seg = mv_unit(a, p, 2, &ra);
+    mvs_loc l;
+RL_UNROLL
+    for (int i = 0; i < 2; i++) {
+        const rl_dmat &m = a.seg[GLU ? i : seg].w;
+        const int r = GLU ? p : ra;
+        l.q[i] = m.q + (size_t)r * m.q_row + 16 * lane;
+        l.s[i] = TR::S ? m.s + (size_t)r * m.s_row + 4 * lane : nullptr;
+        if (!GLU && i == 1 && ra + 1 < m.rows) {
+            l.q[1] += m.q_row;
+            if (TR::S) l.s[1] += m.s_row;
+        }
+        const ptrdiff_t rows = GLU ? G : 2 * (ptrdiff_t)G;
+        l.dq[i] = rows * (ptrdiff_t)m.q_row;
+        l.ds[i] = TR::S ? rows * (ptrdiff_t)m.s_row : 0;
+    }
+    l.step_end = GLU ? items : p - ra / 2 + a.seg[seg].w.rows / 2;
+    return l;
+}
+
+/* The copy cursor of one lane of a streamed warp (mvs_warp): stage k_issue is step ij of item
+ * ip; this lane's source bytes of the step in the item's two rows are bq + oq (quants) and
+ * bs + os (scales), and left units of the rows remain from this step on. Advanced by
+ * additions: the loop issues one stage per computed stage, and recomputing the addresses from
+ * (item, step) cost more instructions than the copies themselves (v2.6; v2.24: the item's
+ * bases move by dq / ds, mvs_locate). Each copy's source is a fresh sum of a base and a 32-bit
+ * offset: pointers advanced in place needed copying into register pairs before the copies
+ * (ptxas kept their halves apart, or the new and the old values in separate registers).
+ * Host and device code, so that a host test walks it (tests/cuda/test_cursor.cu). */
+template <int T, bool GLU> struct mvs_cursor {
+    using TR = mvs_tr<T>;
+    static constexpr int NV = TR::NV;
+    const rl_mv_args *a;
+    int lane, nu, J, G, items, p0, total;
+    uint32_t oq, os;
+    int ip, ij, k_issue, left, step_end;
+    const uint8_t *bq[2], *bs[2];
+    ptrdiff_t dq[2], ds[2];
+
+    __host__ __device__ __forceinline__ void seek(int p) {
+        const mvs_loc l = mvs_locate<T, GLU>(*a, p, G, items, lane);
+        for (int i = 0; i < 2; i++) {
+            bq[i] = l.q[i];
+            bs[i] = l.s[i];
+            dq[i] = l.dq[i];
+            ds[i] = l.ds[i];
+        }
+        step_end = l.step_end;
+        oq = os = 0;
+        left = nu;
+    }
+
+    /* warp warp_id of n_warps, lane lane_ */
+    __host__ __device__ __forceinline__ void init(const rl_mv_args *args, int warp_id, int n_warps, int lane_) {
+        a = args;
+        lane = lane_;
+        nu = a->n / mv_tr<T>::CW;
+        J = (nu + 31) / 32;
+        G = n_warps;
+        items = mv_items(*a, GLU);
+        p0 = warp_id;
+        total = p0 < items ? ((items - 1 - p0) / G + 1) * J : 0;
+        ip = p0;
+        ij = 0;
+        k_issue = 0;
+        for (int i = 0; i < 2; i++) { /* set by seek; a warp without items keeps these */
+            bq[i] = bs[i] = nullptr;
+            dq[i] = ds[i] = 0;
+        }
+        oq = os = 0;
+        left = step_end = 0;
+        if (total) seek(p0);
+    }
+
+    /* This lane's copies of the stage at the cursor: f(byte offset in the stage, source,
+     * 16 or 4 bytes), row i at i * TR::ROW. */
+    /* f is a device lambda in mvs_warp and a host one in the test: each instantiation runs
+     * where its f does, which nvcc's execution-space check cannot see */
+#pragma nv_exec_check_disable
+    template <class F> __host__ __device__ __forceinline__ void copies(F &&f) const {
+RL_UNROLL
+        for (int i = 0; i < 2; i++) {
+            const uint32_t ru = i * TR::ROW;
+            const uint8_t *gq = bq[i] + oq, *gs = TR::S ? bs[i] + os : nullptr;
+            const int lf = left; /* units of the rows from this step on */
+            if constexpr (T == RL_Q6_K) {
+                /* lane l: unit l's low bits, units 2l and 2l + 1's high bits and sub-scales, and
+                 * lanes 16-17 the d of super-blocks 2(l - 16), 2(l - 16) + 1 (16 units each) */
+                if (lane < lf) f(ru + 16 * lane, gq, 16);
+                if (lane < 16 && 2 * lane < lf) f(ru + 512 + 16 * lane, gq + 512, 16);
+                if (lane < 16 ? 2 * lane < lf : lane < 18 && 16 * (lane - 16) < lf) f(ru + TR::QB + 4 * lane, gs, 4);
+            } else if constexpr (T == RL_Q5_K) {
+                /* lane l: unit l's low bits, units 4l .. 4l + 3's fifth bits, and Q4_K's headers */
+                if (lane < lf) f(ru + 16 * lane, gq, 16);
+                if (lane < 8 && 4 * lane < lf) f(ru + 512 + 16 * lane, gq + 512, 16);
+                if (lane < 16 && 2 * lane < lf) f(ru + TR::QB + 4 * lane, gs, 4);
+            } else {
+                /* piece P = 32q + lane is in unit P / NV of the step; its slot is 32q + swz(lane)
+                 * (the XOR takes bits 3-4 of P, which q does not touch for NV <= 4), so one
+                 * register and immediate offsets address all NV copies */
+                static_assert(NV <= 4, "swz(32q + lane) = 32q + swz(lane) needs NV <= 4");
+                const uint32_t rl = ru + 16 * swz<NV>(lane);
+RL_UNROLL
+                for (int q = 0; q < NV; q++) {
+                    if ((32 * q + lane) / NV < lf) f(rl + 512 * q, gq + 512 * q, 16);
+                }
+                /* the units' scales in 4-byte pieces: lane l copies units (4 / SB) l .. */
+                if (TR::S && lane < 8 * TR::SB && 4 / TR::SB * lane < lf) f(ru + TR::QB + 4 * lane, gs, 4);
+            }
+        }
+    }
+
+    /* Past the stage at the cursor (its copies issued): the next step, or the next item. */
+    __host__ __device__ __forceinline__ void step() {
+        left -= 32;
+        oq += TR::QB;
+        if (TR::S) os += TR::SS;
+        if (++ij == J) {
+            ij = 0;
+            ip += G;
+            if (ip < step_end) {
+                for (int i = 0; i < 2; i++) {
+                    bq[i] += dq[i];
+                    if (TR::S) bs[i] += ds[i];
+                }
+                oq = os = 0;
+                left = nu;
+            } else if (!GLU && ip < items) {
+                seek(ip);
+            }
+        }
+    }
+};
+
 /* One warp's share of one streamed matvec: items p0, p0 + G, ... of the launch (G warps in
  * all), J stages each. prefetch() issues the first D - 1 stages, which read only weights, so a
  * caller may issue them before the matvec's input exists (before a PDL wait, or before the
@@ -174,85 +335,33 @@ __device__ __forceinline__ void mvs_dot(const raw_chunk<T> *r, const mv_xin &x, 
 template <int T, bool GLU, bool Q8, bool CG = false, int DS = mvs_tr<T>::D> struct mvs_warp {
     using TR = mvs_tr<T>;
     static constexpr int NV = TR::NV, D = DS; /* DS: stages of the ring (the kernel lab varies it) */
-    const rl_mv_args *a;
+    mvs_cursor<T, GLU> cur; /* the copy cursor of this lane */
     uint8_t *ring;
-    int nu, J, G, items, p0, total;
-    /* The copy cursor: stage k_issue is step ij of item ip, into the slot at byte s_off of the
-     * ring (shared address rs); this lane's next source bytes in the item's two rows are gq
-     * (quants) and gs (scales), and left units of the rows remain from this step on. Advanced
-     * by additions: the loop issues one stage per computed stage, and recomputing the
-     * addresses from (item, step) cost more instructions than the copies themselves. */
-    uint32_t rs, s_off;
-    int ip, ij, k_issue, left;
-    const uint8_t *gq[2], *gs[2];
-
-    __device__ __forceinline__ void seek(int p) {
-        const int lane = threadIdx.x & 31;
-        const mv_task t = mv_resolve(*a, p, GLU);
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            gq[i] = t.w[i] + 16 * lane;
-            gs[i] = TR::S ? t.s[i] + 4 * lane : nullptr;
-        }
-        left = nu;
-    }
+    uint32_t rs, s_off; /* the ring's shared address; the slot of the next stage issued */
 
     __device__ __forceinline__ void init(const rl_mv_args *args, uint8_t *ring_, int warp_id, int n_warps) {
-        a = args;
         ring = ring_;
-        rs = (uint32_t)__cvta_generic_to_shared(ring_);
+        /* through a shuffle, which ptxas cannot recompute: left as an expression of the warp
+         * index and n it was rebuilt on every step (~9 instructions) */
+        rs = __shfl_sync(0xffffffffu, (uint32_t)__cvta_generic_to_shared(ring_), 0);
         s_off = 0;
-        nu = a->n / mv_tr<T>::CW;
-        J = (nu + 31) / 32;
-        G = n_warps;
-        items = mv_items(*a, GLU);
-        p0 = warp_id;
-        total = p0 < items ? ((items - 1 - p0) / G + 1) * J : 0;
-        ip = p0;
-        ij = 0;
-        k_issue = 0;
-        if (total) seek(p0);
+        cur.init(args, warp_id, n_warps, threadIdx.x & 31);
     }
 
+    /* The next stage's copies into the next slot (none past the last: an empty group keeps
+     * the count uniform). */
     __device__ __forceinline__ void issue() {
-        const int lane = threadIdx.x & 31;
-        if (k_issue < total) {
+        if (cur.k_issue < cur.total) {
             const uint32_t st = rs + s_off;
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const uint32_t ru = st + i * TR::ROW;
-                if constexpr (T == RL_Q6_K) {
-                    /* lane l: unit l's low bits, units 2l and 2l + 1's high bits and sub-scales, and
-                     * lanes 16-17 the d of super-blocks 2(l - 16), 2(l - 16) + 1 (16 units each) */
-                    if (lane < left) cp16(ru + 16 * lane, gq[i]);
-                    if (lane < 16 && 2 * lane < left) cp16(ru + 512 + 16 * lane, gq[i] + 512);
-                    if (lane < 16 ? 2 * lane < left : lane < 18 && 16 * (lane - 16) < left) cp4(ru + TR::QB + 4 * lane, gs[i]);
-                } else if constexpr (T == RL_Q5_K) {
-                    /* lane l: unit l's low bits, units 4l .. 4l + 3's fifth bits, and Q4_K's headers */
-                    if (lane < left) cp16(ru + 16 * lane, gq[i]);
-                    if (lane < 8 && 4 * lane < left) cp16(ru + 512 + 16 * lane, gq[i] + 512);
-                    if (lane < 16 && 2 * lane < left) cp4(ru + TR::QB + 4 * lane, gs[i]);
-                } else {
-#pragma unroll
-                    for (int q = 0; q < NV; q++) { /* piece P = 32q + lane is in unit P / NV of the step */
-                        if ((32 * q + lane) / NV < left) cp16(ru + 16 * swz<NV>(32 * q + lane), gq[i] + 512 * q);
-                    }
-                    /* the units' scales in 4-byte pieces: lane l copies units (4 / SB) l .. */
-                    if (TR::S && lane < 8 * TR::SB && 4 / TR::SB * lane < left) cp4(ru + TR::QB + 4 * lane, gs[i]);
-                }
-                gq[i] += TR::QB;
-                if (TR::S) gs[i] += TR::SS;
-            }
-            left -= 32;
-            if (++ij == J) {
-                ij = 0;
-                ip += G;
-                if (ip < items) seek(ip);
-            }
+            cur.copies([&](uint32_t off, const uint8_t *src, int bytes) {
+                if (bytes == 16) cp16(st + off, src);
+                else cp4(st + off, src);
+            });
+            cur.step();
         }
-        k_issue++;
+        cur.k_issue++;
         s_off = s_off + TR::STAGE == D * TR::STAGE ? 0 : s_off + TR::STAGE;
-        cp_commit(); /* an empty group past the end keeps the count uniform */
+        cp_commit();
     }
 
     /* the first k stages; run() needs D - 1 issued before its loop (the kernel lab issues some
@@ -268,23 +377,24 @@ template <int T, bool GLU, bool Q8, bool CG = false, int DS = mvs_tr<T>::D> stru
      * end to tr[0..2]. STAGE false (the lab's floor) leaves the input unstaged. */
     template <bool TRACE = false, bool STAGE = true, class H = mv_hook>
     __device__ __forceinline__ void run(float *xs, double *red, long long *tr = nullptr, const H &h = H()) {
-        const int n = a->n, lane = threadIdx.x & 31;
+        const rl_mv_args *a = cur.a;
+        const int n = a->n, lane = threadIdx.x & 31, nu = cur.nu, J = cur.J, G = cur.G, total = cur.total;
         /* RQ2's 8-bit plane in the shift decoder's layout (the table decoder is not streamed) */
         if (STAGE) mv_stage<T == RL_RQ2 ? 2 : 0, Q8, 8, CG, false>(*a, h.input(*a), xs, red, h);
         else h.loading();
         if (TRACE && tr && lane == 0) tr[0] = clock64();
         const mv_xin x(xs, n, Q8);
         const int pos = a->io ? a->io->pos : 0;
-        int p = p0, j = 0;
-        mv_task t;
-        if (total) t = mv_resolve(*a, p0, GLU);
+        int p = cur.p0, j = 0;
         float acc[2] = {0.0f, 0.0f};
         for (int k = 0; k < total; k++) {
             issue();
             cp_wait<D - 1>(); /* this lane's copies of stage k have landed */
             __syncwarp();     /* and every lane's */
             if (TRACE && tr && k == 0 && lane == 0) tr[1] = clock64();
-            const uint8_t *st = ring + (k % D) * TR::STAGE;
+            /* stage k's slot, (k % D) * STAGE: issue() has just filled slot (k + D - 1) % D
+             * and moved s_off on to the next, k % D */
+            const uint8_t *st = ring + s_off;
             const int c = 32 * j + lane; /* mv_kernel's per-lane order */
             if (c < nu) {
                 raw_chunk<T> r[2];
@@ -308,11 +418,15 @@ template <int T, bool GLU, bool Q8, bool CG = false, int DS = mvs_tr<T>::D> stru
             }
             __syncwarp(); /* the slot is refilled by the next issue */
             if (++j == J) {
-                mv_finish<GLU, CG>(*a, t, p, acc, pos, 0);
+                float va, vb;
+                mv_reduce2(acc, va, vb);
+                /* lane 0 holds both rows' sums; its epilogue runs while the next item's
+                 * stages land (deferring 16 items' epilogues past the loop left each warp's
+                 * last ones exposed: PERF v2.25 section 3) */
+                if (lane == 0) mv_epilogue<GLU, CG>(*a, mv_resolve(*a, p, GLU), p, va, vb, pos, 0);
                 acc[0] = acc[1] = 0.0f;
                 j = 0;
                 p += G;
-                if (p < items) t = mv_resolve(*a, p, GLU);
             }
         }
         cp_wait<0>();

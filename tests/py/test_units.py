@@ -6,6 +6,10 @@ import pytest
 from conftest import BUILD, ROOT
 
 UNITS = sorted(p.stem for p in (ROOT / "tests" / "unit").glob("test_*.c"))
+# host programs of the CUDA code (tests/cuda/test_cursor.cu), built wherever nvcc is: the
+# build says so by its stamp (Makefile, CUDA=1)
+if (BUILD / "obj" / "cuda-1.stamp").exists():
+    UNITS.append("test_cursor")
 
 
 @pytest.mark.parametrize("name", UNITS)
