@@ -4,18 +4,16 @@
 # with lean-loop.patch (lean), each in a copy under /tmp, and the kernel lab (lab_mvs) of main
 # and lean, stripped, into build-dev/bins.tar.xz (~15 minutes on 2 cores). Only when named:
 # lsf (lean-loop.patch then sf-on-lean.patch, with its lab), lean1 and leanG (lean with other
-# epilogue flushes), fma (HEAD + q8-fma.patch, session 33), s8n (HEAD + stage8n.patch,
-# session 34), apre (HEAD + att-pre.patch, session 39; lost in 40) and floor (HEAD +
-# floor.patch, session 44: launches left out by RL_EXP_SKIP), leanI (HEAD + leanI.patch,
-# session 46: lean-loop's cursor with each epilogue inline), leanT (leanI with the item's
-# rows resolved ahead, + leanT-on-leanI.patch), leanB (session 47: leanI with mvs.cu's
-# streamed kernels, mvs and mvs2, bounded to two 512-thread blocks an SM, i.e. 64 registers;
-# rawloop and lab_mvs only), leanTB (leanT so bounded) and leanL (leanI with mvs_locate
-# inlined, + leanL-on-leanI.patch), each into its own
-# build-dev/VARIANT.tar.xz. (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
+# epilogue flushes), fma (HEAD + q8-fma.patch, session 33), s8n (stage8n.patch, session 34, on
+# 152b09c), apre (att-pre.patch, session 39, on f0f26a8; lost in 40) and floor (floor.patch,
+# session 44, on 9948a8c: launches left out by RL_EXP_SKIP), each into its own
+# build-dev/VARIANT.tar.xz; s8n, apre and floor no longer apply to HEAD, so they build on the
+# commit that added them. (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
 # session 30, run.sh dual timing main's RL_CUDA_MVS2; mvx-trim.patch in session 32; mvxw, a
 # branch, in session 34; mvxr.patch in session 36 as mvx's RES flag, with mvxr8 and mvxa, which
-# built on it. mvx16, 16-warp mvx blocks, lost in session 34 and is gone.)
+# built on it; leanI.patch + leanL-on-leanI.patch in session 48, with leanT, leanB and leanTB,
+# which lost to them: c28f4d4 has those patches and variants. mvx16, 16-warp mvx blocks, lost
+# in session 34 and is gone.)
 set -eu
 cd "$(dirname "$0")/../.."
 NV='-O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter'
@@ -27,12 +25,12 @@ mkdir -p "$out" build-dev
 for v in $todo; do
     src=/tmp/rl-exp-$v
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
-    # landed; main is HEAD, and q8-fma.patch (session 33), stage8n.patch (34) and att-pre.patch
-    # (39) apply to it
-    case $v in main|fma|s8n|apre|floor|leanI|leanT|leanB|leanTB|leanL) rev=HEAD ;; *) rev=c207744 ;; esac
+    # landed; main is HEAD, and q8-fma.patch (session 33) applies to it; the later ones to the
+    # commits that added them
+    case $v in main|fma) rev=HEAD ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; leanI|leanB) patch=leanI.patch ;; leanT|leanTB) patch="leanI.patch leanT-on-leanI.patch" ;; leanL) patch="leanI.patch leanL-on-leanI.patch" ;;
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;;
         fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; apre) patch=att-pre.patch ;; floor) patch=floor.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
@@ -41,13 +39,8 @@ for v in $todo; do
     case $v in lean1) flush=1 ;; leanG) flush='(GLU ? 16 : 1)' ;; *) flush= ;; esac
     [ -z "$flush" ] || sed -i "s/if (++nk == 16) flush();/if (++nk == $flush) flush();/" "$src/src/cuda/mvs.cuh"
     [ -z "$flush" ] || grep -q "++nk == $flush)" "$src/src/cuda/mvs.cuh" || { echo "$v: flush edit failed"; exit 1; }
-    # leanB / leanTB: the register bound as a timing test (it spills 4-136 bytes in 10 kernels;
-    # 5-9% slower on the 7B files, PERF.md v2.44)
-    if [ $v = leanB ] || [ $v = leanTB ]; then sed -i 's/__launch_bounds__(512, 1) mvs/__launch_bounds__(512, 2) mvs/' "$src/src/cuda/mvs.cu"
-        [ "$(grep -c '__launch_bounds__(512, 2) mvs' "$src/src/cuda/mvs.cu")" = 2 ] || { echo "$v: bounds edit failed"; exit 1; }; fi
     bins="build-h200/rawloop build-h200/test_cuda"
-    case $v in leanB|leanTB) bins="build-h200/rawloop" ;; esac
-    case $v in main|lean|lsf|leanI|leanT|leanB|leanTB|leanL) bins="$bins build-h200/lab_mvs" ;; esac
+    case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
     make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||
         { echo "$v: build failed (log: $out/$v.log)"; exit 1; }

@@ -44,7 +44,7 @@
 #                                      main: SKIPPERF=1 bits and sanitizer, SKIPBITS=1 tg128 at d0 /
 #                                      d4096 and S=16 (two calls; CHUNKS)
 #   bash bench/exp/run.sh cmp-VAR      a variant carried as build-dev/VAR.tar.xz against main (session 46:
-#                                      leanI, lean-loop's cursor with each epilogue inline): decoding
+#                                      leanI; session 48: leanL, both landed since): decoding
 #                                      logits byte for byte (--prefill exact -b 1, fast and --exact,
 #                                      40 ids; session 46's fast ones lacked --prefill exact), tg128
 #                                      alternated (ROUNDS, 2), lab_mvs 20 4 of both (CMP: the files,
@@ -157,7 +157,7 @@ tests-*)
   OUT=/tmp/rl-out-$v timeout ${TTIME:-560} bash tests/cuda/run_device.sh /tmp/bd "${TSTAGES:-k e r g b}"
   cat /tmp/rl-out-$v/summary.txt
   # the lean builds also in 16-warp blocks; lean-loop.patch's (c207744's tree) also with its
-  # two-round knob, which leanI / leanT do not have
+  # two-round knob, which main's loop (leanI + leanL, landed in session 48) does not have
   if [ "${v#lean}" != "$v" ]; then
     RL_CUDA_MV_WARPS=16 /tmp/bd/test_cuda > /tmp/tc16.log 2>&1; echo "test_cuda, 16 warps: $(tail -1 /tmp/tc16.log)"
     case $v in lean|lsf|lean1|leanG)
