@@ -505,9 +505,9 @@ __device__ __forceinline__ void rq2_q8(const raw_chunk<RL_RQ2> *r, const int8_t 
             /* One mask per four codes, no shift (v2.24): u & (0x03030303 << 2k) holds codes k of
              * the word's bytes times 4^k (bytes up to 192: an unsigned-by-signed dp4a), summed
              * per k; 64 a0 + 16 a1 + 4 a2 + a3 is then 64 times the shift decoder's dot, exactly
-             * (a half is 32 values: |64 dot| <= 64 * 32 * 3 * 128 < 2^24, so its float is exact too, and so is the
-             * product by 2^-6: the float of the same integer). Three multiply-adds and a
-             * multiplication per row and half where the shifts took six. */
+             * (a half is 32 values: |64 dot| <= 64 * 32 * 3 * 128 < 2^24, so its float is exact
+             * too, and so is the product by 2^-6: the float of the same integer). Three
+             * multiply-adds and a multiplication per row and half where the shifts took six. */
             int a[2][4] = {};
 #pragma unroll
             for (int p = 2 * h; p < 2 * h + 2; p++) {
