@@ -5,11 +5,16 @@
  * principles: item p's rows (GLU: row p of both matrices; else rows 2u, 2u + 1 of its
  * segment, the second re-read where absent), stage j's round j, and the type's per-round
  * layout. The cursor reaches its items by additions
- * (mvs_locate once per segment), so this is what checks them. Host code compiled by nvcc; runs
+ * (mvs_locate once per segment), so this is what checks them. Then each stage, all 32 lanes'
+ * copies together, against what the compute step reads of it (unit_reads): a lane predicate
+ * wrong in the cursor and in round_copies alike still leaves a read without its bytes there
+ * (session 48: two such mirrored faults, in the scale and the swizzle predicates, pass the
+ * first check and fail this one on every type they touch). Host code compiled by nvcc; runs
  * without a GPU (tests/py/test_units.py). */
 #include <stdio.h>
 #include <string.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "check.h"
@@ -64,6 +69,72 @@ template <int T> static void round_copies(int l, int r, int nu, uint32_t ru, con
     }
 }
 
+/* The other side of the contract: what the compute step (mvs_warp::run) reads of a stage for
+ * lane l's unit of a row whose part of the stage starts at ru, as (offset in the stage, bytes).
+ * A stage holds its round's bytes as they lie in the row's planes, quants at [0, QB) with
+ * 16-byte piece P at slot swz(P) (swz is its own inverse), scales from QB on; so each byte read
+ * has one source, whatever lane copied it. Checked apart from round_copies, which restates the
+ * cursor lane by lane: a copy predicate wrong in both would still starve a read here. */
+template <int T> static void unit_reads(int l, uint32_t ru, std::vector<std::pair<uint32_t, int>> &out) {
+    using TR = mvs_tr<T>;
+    for (int q = 0; q < TR::NV; q++) out.push_back({ru + 16u * swz<TR::NV>(l * TR::NV + q), 16});
+    if (T == RL_Q6_K) {
+        out.push_back({ru + 512u + 8u * l, 8});
+        out.push_back({ru + TR::QB + 2u * l, 2});
+        out.push_back({ru + TR::QB + 64u + 2u * (l >> 3), 2});
+    } else if (T == RL_Q4_K || T == RL_Q5_K) {
+        if (T == RL_Q5_K) out.push_back({ru + 512u + 4u * l, 4});
+        out.push_back({ru + TR::QB + 16u * (l >> 3), 16});
+    } else if (TR::S) {
+        out.push_back({ru + TR::QB + (uint32_t)TR::SB * l, TR::SB});
+    }
+}
+
+/* One stage of a warp, all its lanes' copies together (lanes[l]: lane l's), against the reads
+ * of round j of rows q, s (item_rows): every byte a valid unit's lane reads was written once
+ * this stage, from the byte of the row's planes that the stage layout puts there; no byte is
+ * written twice; every copy reads inside its own row's planes. Returns the failures. */
+template <int T>
+static int check_stage(const std::vector<copy_rec> *lanes, int j, int nu, int rounds, const uint8_t *const q[2],
+                       const uint8_t *const s[2]) {
+    using TR = mvs_tr<T>;
+    std::vector<const uint8_t *> src(TR::STAGE, nullptr);
+    std::vector<int> cnt(TR::STAGE, 0);
+    int fails = 0;
+    for (int l = 0; l < 32; l++)
+        for (const copy_rec &c : lanes[l]) {
+            const int i = (int)(c.off / TR::ROW);
+            const bool in_q = c.src >= q[i] && c.src + c.bytes <= q[i] + (size_t)rounds * TR::QB;
+            const bool in_s = s[i] && c.src >= s[i] && c.src + c.bytes <= s[i] + (size_t)rounds * TR::SS;
+            if (c.off + c.bytes > (uint32_t)TR::STAGE || (c.off + c.bytes - 1) / TR::ROW != (uint32_t)i || !(in_q || in_s)) {
+                fails++;
+                continue;
+            }
+            for (int b = 0; b < c.bytes; b++) {
+                cnt[c.off + b]++;
+                src[c.off + b] = c.src + b;
+            }
+        }
+    for (int x = 0; x < TR::STAGE; x++) fails += cnt[x] > 1;
+    std::vector<std::pair<uint32_t, int>> reads;
+    for (int i = 0; i < 2; i++) {
+        const uint32_t ru = (uint32_t)(i * TR::ROW);
+        const uint8_t *gq = q[i] + (size_t)j * TR::QB, *gs = s[i] ? s[i] + (size_t)j * TR::SS : nullptr;
+        for (int l = 0; l < 32 && 32 * j + l < nu; l++) {
+            reads.clear();
+            unit_reads<T>(l, ru, reads);
+            for (const auto &r : reads)
+                for (int b = 0; b < r.second; b++) {
+                    const uint32_t x = r.first + b - ru; /* within the row's part of the stage */
+                    const uint8_t *want = x < (uint32_t)TR::QB ? gq + 16 * swz<TR::NV>((int)(x / 16)) + x % 16
+                                                               : gs ? gs + (x - TR::QB) : nullptr;
+                    fails += cnt[r.first + b] != 1 || !want || src[r.first + b] != want;
+                }
+        }
+    }
+    return fails;
+}
+
 /* One launch shape: every warp of G (some of them) and lane, cursor against the derivation. */
 template <int T, bool GLU>
 static void check_shape(int n, const std::vector<int> &rows, int G, const char *what) {
@@ -98,9 +169,12 @@ static void check_shape(int n, const std::vector<int> &rows, int G, const char *
         at += (size_t)rows[i] * m.s_row;
     }
     const int items = mv_items(a, GLU), J = rounds;
-    int bad = 0, checked = 0;
-    for (int w : {0, 1, G / 2, G - 1}) {
-        if (w < 0 || w >= G) continue;
+    int bad = 0, checked = 0, stage_bad = 0, stages = 0;
+    std::vector<int> ws; /* the first two warps, a middle one, the last: each once */
+    for (int w : {0, 1, G / 2, G - 1})
+        if (w < G && std::find(ws.begin(), ws.end(), w) == ws.end()) ws.push_back(w);
+    for (int w : ws) {
+        std::vector<std::vector<copy_rec>> got[32];
         for (int l = 0; l < 32; l++) {
             /* the derivation */
             std::vector<std::vector<copy_rec>> want;
@@ -116,23 +190,40 @@ static void check_shape(int n, const std::vector<int> &rows, int G, const char *
             /* the cursor */
             mvs_cursor<T, GLU> c;
             c.init(&a, w, G, l);
-            std::vector<std::vector<copy_rec>> got;
             for (; c.k_issue < c.total; c.k_issue++) {
-                got.emplace_back();
-                c.copies([&](uint32_t off, const uint8_t *src, int bytes) { got.back().push_back({off, src, bytes}); });
+                got[l].emplace_back();
+                c.copies([&](uint32_t off, const uint8_t *src, int bytes) { got[l].back().push_back({off, src, bytes}); });
                 c.step();
             }
             checked++;
-            if (got != want) {
+            if (got[l] != want) {
                 if (bad++ < 3) {
                     size_t k = 0;
-                    while (k < got.size() && k < want.size() && got[k] == want[k]) k++;
+                    while (k < got[l].size() && k < want.size() && got[l][k] == want[k]) k++;
                     fprintf(stderr, "%s: warp %d of %d, lane %d: %zu stages (want %zu), first difference at stage %zu\n",
-                            what, w, G, l, got.size(), want.size(), k);
+                            what, w, G, l, got[l].size(), want.size(), k);
                 }
             }
         }
+        /* the stages, all lanes together, against the compute's reads (every lane walks the
+         * same stages: a lane with a different count has failed above) */
+        size_t k = 0;
+        for (int p = w; p < items; p += G) {
+            const uint8_t *q[2], *s[2];
+            item_rows(a, GLU, p, q, s);
+            for (int j = 0; j < J; j++, k++) {
+                std::vector<copy_rec> lanes[32];
+                for (int l = 0; l < 32; l++)
+                    if (k < got[l].size()) lanes[l] = got[l][k];
+                const int f = check_stage<T>(lanes, j, nu, J, q, s);
+                stages++;
+                if (f && stage_bad++ < 3)
+                    fprintf(stderr, "%s: warp %d of %d, item %d, round %d: %d bytes or copies wrong against the reads\n",
+                            what, w, G, p, j, f);
+            }
+        }
     }
+    CHECK(stage_bad == 0, "%s: %d of %d stages wrong against the compute's reads", what, stage_bad, stages);
     CHECK(bad == 0, "%s: %d of %d lanes' copies differ", what, bad, checked);
 }
 
