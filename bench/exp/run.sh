@@ -80,6 +80,11 @@
 #   bash bench/exp/run.sh prologue     scale-free.patch and exp-prologue.patch's knobs against
 #                                      main, and 7B F16 with RL_CUDA_MVS=1
 #   bash bench/exp/run.sh tests-sf     tests/cuda/run_device.sh "k e r g b" on the scale-free build
+#   bash bench/exp/run.sh trace        trace.patch's time line of the decode graph's streamed launches
+#                                      (session 48): for each of TRACE's variants (default "tr trI":
+#                                      build.sh tr, trI) on each CMP file (default tl), tg128 of main
+#                                      and the variant, then one bench with RL_EXP_TRACE and
+#                                      bench/exp/trace_agg.py's table (PER_LAYER, 4)
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -473,6 +478,15 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
+trace)
+  F=${CMP:-tl}; models $F
+  for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
+    for v in ${TRACE:-tr trI}; do [ -x /tmp/b/$v/rawloop ] || { echo "no build of $v here"; continue; }
+      tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v (ring off)"
+      rm -f /tmp/tr-$v-$f.bin
+      RL_EXP_TRACE=/tmp/tr-$v-$f.bin /tmp/b/$v/rawloop bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
+      python3 bench/exp/trace_agg.py /tmp/tr-$v-$f.bin ${PER_LAYER:-4}
+      [ -z "${OUT:-}" ] || cp /tmp/tr-$v-$f.bin "$OUT/" 2>/dev/null; done; done ;;
 kb)
   # one knob's bytes (session 44): logits of KB_N ids by exact chunks of each of KB_B, fast and
   # --exact, under each of KB_V for the knob KB_K, on CHUNKS: all the same, or a line says which not
