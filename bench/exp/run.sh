@@ -85,6 +85,11 @@
 #                                      build.sh tr, trI) on each CMP file (default tl), tg128 of main
 #                                      and the variant, then one bench with RL_EXP_TRACE and
 #                                      bench/exp/trace_agg.py's table (PER_LAYER, 4)
+#   bash bench/exp/run.sh full         fullgrid.patch (build.sh full, trF; session 48): every block of a
+#                                      streamed launch's cap kept (RL_EXP_FULL=1) against the even
+#                                      deal: logits the same bytes (SKIPBITS=1: not checked), tg128
+#                                      alternated on CMP (default "tl 7b 7bq4km"), ROUNDS (2), then
+#                                      trF's time line with RL_EXP_FULL=1 on TRACE_F (default 7b)
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -478,6 +483,17 @@ res)
   /tmp/b/main/test_cuda > /tmp/tc-main.log 2>&1; echo "test_cuda, main: $(tail -1 /tmp/tc-main.log)" ;;
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
+full)
+  [ -x /tmp/b/full/rawloop ] || { echo "no build of full here"; exit 2; }
+  F=${CMP:-tl 7b 7bq4km}; models $F; IDS=$(seq 100 139 | tr '\n' ' '); B=/tmp/b/full/rawloop
+  [ "${SKIPBITS:-0}" = 1 ] || for f in $F; do for ex in "" --exact; do
+    XLG_FLAGS=$ex xlg $B /tmp/l-even 1 "$IDS"; RL_EXP_FULL=1 XLG_FLAGS=$ex xlg $B /tmp/l-full 1 "$IDS"
+    same "even deal = every block (RL_EXP_FULL=1)" /tmp/l-even /tmp/l-full; rm -f /tmp/l-*; done; done
+  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do tg $B /tmp/m/$f.gguf "$f even deal r$r"
+    tg $B /tmp/m/$f.gguf "$f every block r$r" RL_EXP_FULL=1; done; done
+  [ ! -x /tmp/b/trF/rawloop ] || for f in ${TRACE_F:-7b}; do models $f; rm -f /tmp/trF-$f.bin
+    RL_EXP_FULL=1 RL_EXP_TRACE=/tmp/trF-$f.bin /tmp/b/trF/rawloop bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
+    python3 bench/exp/trace_agg.py /tmp/trF-$f.bin ${PER_LAYER:-4}; done ;;
 trace)
   F=${CMP:-tl}; models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
