@@ -501,8 +501,8 @@ trace)
       tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v (ring off)"
       rm -f /tmp/tr-$v-$f.bin
       RL_EXP_TRACE=/tmp/tr-$v-$f.bin /tmp/b/$v/rawloop bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
-      python3 bench/exp/trace_agg.py /tmp/tr-$v-$f.bin ${PER_LAYER:-4}
-      [ -z "${OUT:-}" ] || cp /tmp/tr-$v-$f.bin "$OUT/" 2>/dev/null; done; done ;;
+      # the ring file (~80 MB) stays in /tmp: too large to bring back; query it in a later call
+      python3 bench/exp/trace_agg.py /tmp/tr-$v-$f.bin ${PER_LAYER:-4}; done; done ;;
 kb)
   # one knob's bytes (session 44): logits of KB_N ids by exact chunks of each of KB_B, fast and
   # --exact, under each of KB_V for the knob KB_K, on CHUNKS: all the same, or a line says which not
@@ -511,6 +511,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
