@@ -84,7 +84,8 @@
 #                                      (session 48): for each of TRACE's variants (default "tr trI":
 #                                      build.sh tr, trI) on each CMP file (default tl), tg128 of main
 #                                      and the variant, then one bench with RL_EXP_TRACE and
-#                                      bench/exp/trace_agg.py's table (PER_LAYER, 4)
+#                                      bench/exp/trace_agg.py's table (PER_LAYER, 4) and
+#                                      trace_sm.py's (by SM, each grid size)
 #   bash bench/exp/run.sh full         fullgrid.patch (build.sh full, trF; session 48): every block of a
 #                                      streamed launch's cap kept (RL_EXP_FULL=1) against the even
 #                                      deal: logits the same bytes (SKIPBITS=1: not checked), tg128
@@ -493,7 +494,7 @@ full)
     tg $B /tmp/m/$f.gguf "$f every block r$r" RL_EXP_FULL=1; done; done
   [ ! -x /tmp/b/trF/rawloop ] || for f in ${TRACE_F:-7b}; do models $f; rm -f /tmp/trF-$f.bin
     RL_EXP_FULL=1 RL_EXP_TRACE=/tmp/trF-$f.bin /tmp/b/trF/rawloop bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
-    python3 bench/exp/trace_agg.py /tmp/trF-$f.bin ${PER_LAYER:-4}; done ;;
+    python3 bench/exp/trace_agg.py /tmp/trF-$f.bin ${PER_LAYER:-4}; python3 bench/exp/trace_sm.py /tmp/trF-$f.bin; done ;;
 trace)
   F=${CMP:-tl}; models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
@@ -502,7 +503,8 @@ trace)
       rm -f /tmp/tr-$v-$f.bin
       RL_EXP_TRACE=/tmp/tr-$v-$f.bin /tmp/b/$v/rawloop bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
       # the ring file (~80 MB) stays in /tmp: too large to bring back; query it in a later call
-      python3 bench/exp/trace_agg.py /tmp/tr-$v-$f.bin ${PER_LAYER:-4}; done; done ;;
+      python3 bench/exp/trace_agg.py /tmp/tr-$v-$f.bin ${PER_LAYER:-4}
+      python3 bench/exp/trace_sm.py /tmp/tr-$v-$f.bin; done; done ;;
 kb)
   # one knob's bytes (session 44): logits of KB_N ids by exact chunks of each of KB_B, fast and
   # --exact, under each of KB_V for the knob KB_K, on CHUNKS: all the same, or a line says which not
