@@ -146,6 +146,12 @@ tgd() { $1 bench --device cuda -m /tmp/m/$3.gguf -p 0 -n 128 -r 3 $2 --no-ceilin
   python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['tg_tps'],d['tg_sd']))" || echo "0 0"; }
 pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
   python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
+# trace1 VARIANT FILE: one tg128 of a trace.patch build with the ring on, then its tables
+# (trace_agg.py by launch, trace_sm.py by SM); the caller's environment holds the knobs. The ring
+# file (~80 MB, /tmp/tr-VARIANT-FILE.bin) stays in /tmp: too large to bring back, query it later.
+trace1() { local o=/tmp/tr-$1-$2.bin; rm -f $o
+  RL_EXP_TRACE=$o /tmp/b/$1/rawloop bench --device cuda -m /tmp/m/$2.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
+  python3 bench/exp/trace_agg.py $o ${PER_LAYER:-4}; python3 bench/exp/trace_sm.py $o; }
 # cfgrun: the files F, each CFGS entry "LABEL:VAR=V,VAR=V" (LABEL alone: no knobs set) at tg128
 # for each CFG_D depth ("0 4096") and S=16 over 512 ids at -c 4096 (CFG_S16=0: not), one line a
 # file and depth, each entry's percent against the first, ROUNDS rounds (2)
@@ -492,19 +498,12 @@ full)
     same "even deal = every block (RL_EXP_FULL=1)" /tmp/l-even /tmp/l-full; rm -f /tmp/l-*; done; done
   for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do tg $B /tmp/m/$f.gguf "$f even deal r$r"
     tg $B /tmp/m/$f.gguf "$f every block r$r" RL_EXP_FULL=1; done; done
-  [ ! -x /tmp/b/trF/rawloop ] || for f in ${TRACE_F:-7b}; do models $f; rm -f /tmp/trF-$f.bin
-    RL_EXP_FULL=1 RL_EXP_TRACE=/tmp/trF-$f.bin /tmp/b/trF/rawloop bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
-    python3 bench/exp/trace_agg.py /tmp/trF-$f.bin ${PER_LAYER:-4}; python3 bench/exp/trace_sm.py /tmp/trF-$f.bin; done ;;
+  [ ! -x /tmp/b/trF/rawloop ] || for f in ${TRACE_F:-7b}; do models $f; RL_EXP_FULL=1 trace1 trF $f; done ;;
 trace)
   F=${CMP:-tl}; models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
     for v in ${TRACE:-tr trI}; do [ -x /tmp/b/$v/rawloop ] || { echo "no build of $v here"; continue; }
-      tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v (ring off)"
-      rm -f /tmp/tr-$v-$f.bin
-      RL_EXP_TRACE=/tmp/tr-$v-$f.bin /tmp/b/$v/rawloop bench --device cuda -m /tmp/m/$f.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
-      # the ring file (~80 MB) stays in /tmp: too large to bring back; query it in a later call
-      python3 bench/exp/trace_agg.py /tmp/tr-$v-$f.bin ${PER_LAYER:-4}
-      python3 bench/exp/trace_sm.py /tmp/tr-$v-$f.bin; done; done ;;
+      tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v (ring off)"; trace1 $v $f; done; done ;;
 kb)
   # one knob's bytes (session 44): logits of KB_N ids by exact chunks of each of KB_B, fast and
   # --exact, under each of KB_V for the knob KB_K, on CHUNKS: all the same, or a line says which not

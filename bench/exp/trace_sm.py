@@ -1,31 +1,16 @@
-# bench/exp/trace_sm.py FILE [BLOCKS...]: trace.patch's ring (RL_EXP_TRACE) by SM. For the
-# launches whose grid has each of BLOCKS blocks (default: every grid size seen), each SM's mean
+# bench/exp/trace_sm.py FILE [BLOCKS...]: trace.patch's ring (RL_EXP_TRACE) by SM, read by
+# trace_agg.py's load(). For the launches whose grid has each of BLOCKS blocks (default: every
+# grid size seen), each SM's mean
 # start, release (after the PDL wait) and end, in us after the launch's first block ended (end)
 # or first block was released (start, release), the share of launches it hosted a block in, and
 # the split-half correlation of the per-SM mean end over alternate launches: near 1, the late
 # blocks are late on the same SMs launch after launch (PERF.md v2.45: 7B gate + up, 1.000).
-import struct, sys, statistics as st, collections
+import sys, statistics as st, collections
+from trace_agg import load  # the same records and launches as the time line's table
 
-raw = open(sys.argv[1], 'rb').read()
-recs = [struct.unpack_from('<5Q', raw, 16 + 40 * i) for i in range((len(raw) - 16) // 40)]
-bykey = collections.defaultdict(list)
-for k, sb, t0, t1, t2 in recs:
-    bykey[k].append((t0, sb >> 32, sb & 0xffffffff, t1, t2))
-# a key's records split into launches where the starts jump (one launch a token per matrix)
-launches = collections.defaultdict(list)
-for k, rs in bykey.items():
-    rs.sort()
-    # a token apart: the median of the gaps over 20 us (within a launch they are far smaller)
-    starts = [r[0] for r in rs]
-    gaps = sorted(b - a for a, b in zip(starts, starts[1:]) if b - a > 20000)
-    cut = gaps[len(gaps) // 2] / 2 if gaps else float('inf')
-    cur = [rs[0]]
-    for r in rs[1:]:
-        if r[0] - cur[-1][0] > cut:
-            launches[len(cur)].append(cur); cur = [r]
-        else:
-            cur.append(r)
-    launches[len(cur)].append(cur)
+launches = collections.defaultdict(list)  # by grid size
+for _, x in load(sys.argv[1])[3]:
+    launches[len(x)].append(x)
 want = [int(b) for b in sys.argv[2:]] or sorted(b for b in launches if len(launches[b]) >= 8)
 for nb in want:
     L = launches.get(nb, [])
