@@ -91,6 +91,14 @@
 #                                      deal: logits the same bytes (SKIPBITS=1: not checked), tg128
 #                                      alternated on CMP (default "tl 7b 7bq4km"), ROUNDS (2), then
 #                                      trF's time line with RL_EXP_FULL=1 on TRACE_F (default 7b)
+#   bash bench/exp/run.sh late         att-late.patch (build.sh attL, trA; session 49): the flash decode
+#                                      without launch_dependents, and RL_CUDA_ATT_PDL_BAND=1 (the
+#                                      attention with PDL in the one-split band; never measured
+#                                      before), each alone and together against main: logits the
+#                                      same bytes (SKIPBITS=1: not checked), tg128 alternated on
+#                                      CMP (default "tl 7b 8b"), ROUNDS (2), tg128 at depth 4096 on
+#                                      LATE_D (default "tl 8b"; the band knob does not reach those
+#                                      graphs), then tr's and trA's time lines on TRACE_A (tl)
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -499,6 +507,21 @@ full)
   for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do tg $B /tmp/m/$f.gguf "$f even deal r$r"
     tg $B /tmp/m/$f.gguf "$f every block r$r" RL_EXP_FULL=1; done; done
   [ ! -x /tmp/b/trF/rawloop ] || for f in ${TRACE_F:-7b}; do models $f; RL_EXP_FULL=1 trace1 trF $f; done ;;
+late)
+  A=/tmp/b/attL/rawloop; [ -x $A ] || { echo "no build of attL here"; exit 2; }
+  F=${CMP:-tl 7b 8b}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
+  [ "${SKIPBITS:-0}" = 1 ] || for f in $F; do for ex in "" --exact; do
+    XLG_FLAGS=$ex xlg $M /tmp/l-m 1 "$IDS"; XLG_FLAGS=$ex xlg $A /tmp/l-a 1 "$IDS"
+    RL_CUDA_ATT_PDL_BAND=1 XLG_FLAGS=$ex xlg $M /tmp/l-b 1 "$IDS"; RL_CUDA_ATT_PDL_BAND=1 XLG_FLAGS=$ex xlg $A /tmp/l-ab 1 "$IDS"
+    same "main = attL = band1 = attL+band1" /tmp/l-m /tmp/l-a /tmp/l-b /tmp/l-ab; rm -f /tmp/l-*; done; done
+  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do tg $M /tmp/m/$f.gguf "$f main r$r"
+    tg $A /tmp/m/$f.gguf "$f attL r$r"; tg $M /tmp/m/$f.gguf "$f main+band1 r$r" RL_CUDA_ATT_PDL_BAND=1
+    tg $A /tmp/m/$f.gguf "$f attL+band1 r$r" RL_CUDA_ATT_PDL_BAND=1; done; done
+  for f in ${LATE_D:-tl 8b}; do models $f; for b in $M $A $M $A; do
+    echo "$f d4096 $([ $b = $M ] && echo main || echo attL): $(tgd $b "-d 4096" $f)"; done; done
+  [ ! -x /tmp/b/trA/rawloop ] || [ ! -x /tmp/b/tr/rawloop ] || for f in ${TRACE_A:-tl}; do models $f
+    echo "== tr $f"; trace1 tr $f; echo "== trA $f"; trace1 trA $f
+    echo "== trA $f, RL_CUDA_ATT_PDL_BAND=1"; RL_CUDA_ATT_PDL_BAND=1 trace1 trA $f; done ;;
 trace)
   F=${CMP:-tl}; models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
@@ -512,6 +535,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
