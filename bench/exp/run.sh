@@ -160,6 +160,18 @@ pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r
 trace1() { local o=/tmp/tr-$1-$2.bin; rm -f $o
   RL_EXP_TRACE=$o /tmp/b/$1/rawloop bench --device cuda -m /tmp/m/$2.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
   python3 bench/exp/trace_agg.py $o ${PER_LAYER:-4}; python3 bench/exp/trace_sm.py $o; }
+# Entries "LABEL:BINARY[:VAR=V]" (a build, and a knob set for it or none), the first the
+# reference: vbits checks that all give the same logits of IDS on each file of F, fast and
+# --exact (SKIPBITS=1: not); vtg times tg128 of each on each file, alternated, ROUNDS rounds (2)
+vbits() { local e l b k n L ls; [ "${SKIPBITS:-0}" = 1 ] && return
+  for f in $F; do for ex in "" --exact; do n=0; L=; ls=
+    for e in "$@"; do IFS=: read -r l b k <<< "$e"
+      (XLG_FLAGS=$ex; [ -z "$k" ] || export "$k"; xlg $b /tmp/l-$n 1 "$IDS")
+      L="$L /tmp/l-$n"; ls="$ls${ls:+ = }$l"; n=$((n + 1)); done
+    same "$ls" $L; rm -f $L; done; done; }
+vtg() { local e l b k r
+  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do for e in "$@"; do IFS=: read -r l b k <<< "$e"
+    tg $b /tmp/m/$f.gguf "$f $l r$r" $k; done; done; done; }
 # cfgrun: the files F, each CFGS entry "LABEL:VAR=V,VAR=V" (LABEL alone: no knobs set) at tg128
 # for each CFG_D depth ("0 4096") and S=16 over 512 ids at -c 4096 (CFG_S16=0: not), one line a
 # file and depth, each entry's percent against the first, ROUNDS rounds (2)
@@ -499,26 +511,17 @@ res)
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
 full)
-  [ -x /tmp/b/full/rawloop ] || { echo "no build of full here"; exit 2; }
-  F=${CMP:-tl 7b 7bq4km}; models $F; IDS=$(seq 100 139 | tr '\n' ' '); B=/tmp/b/full/rawloop
-  [ "${SKIPBITS:-0}" = 1 ] || for f in $F; do for ex in "" --exact; do
-    XLG_FLAGS=$ex xlg $B /tmp/l-even 1 "$IDS"; RL_EXP_FULL=1 XLG_FLAGS=$ex xlg $B /tmp/l-full 1 "$IDS"
-    same "even deal = every block (RL_EXP_FULL=1)" /tmp/l-even /tmp/l-full; rm -f /tmp/l-*; done; done
-  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do tg $B /tmp/m/$f.gguf "$f even deal r$r"
-    tg $B /tmp/m/$f.gguf "$f every block r$r" RL_EXP_FULL=1; done; done
+  B=/tmp/b/full/rawloop; [ -x $B ] || { echo "no build of full here"; exit 2; }
+  F=${CMP:-tl 7b 7bq4km}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
+  set -- "even deal:$B" "every block:$B:RL_EXP_FULL=1"; vbits "$@"; vtg "$@"
   [ ! -x /tmp/b/trF/rawloop ] || for f in ${TRACE_F:-7b}; do models $f; RL_EXP_FULL=1 trace1 trF $f; done ;;
 late)
   A=/tmp/b/attL/rawloop; [ -x $A ] || { echo "no build of attL here"; exit 2; }
   F=${CMP:-tl 7b 8b}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
-  [ "${SKIPBITS:-0}" = 1 ] || for f in $F; do for ex in "" --exact; do
-    XLG_FLAGS=$ex xlg $M /tmp/l-m 1 "$IDS"; XLG_FLAGS=$ex xlg $A /tmp/l-a 1 "$IDS"
-    RL_CUDA_ATT_PDL_BAND=1 XLG_FLAGS=$ex xlg $M /tmp/l-b 1 "$IDS"; RL_CUDA_ATT_PDL_BAND=1 XLG_FLAGS=$ex xlg $A /tmp/l-ab 1 "$IDS"
-    same "main = attL = band1 = attL+band1" /tmp/l-m /tmp/l-a /tmp/l-b /tmp/l-ab; rm -f /tmp/l-*; done; done
-  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do tg $M /tmp/m/$f.gguf "$f main r$r"
-    tg $A /tmp/m/$f.gguf "$f attL r$r"; tg $M /tmp/m/$f.gguf "$f main+band1 r$r" RL_CUDA_ATT_PDL_BAND=1
-    tg $A /tmp/m/$f.gguf "$f attL+band1 r$r" RL_CUDA_ATT_PDL_BAND=1; done; done
-  for f in ${LATE_D:-tl 8b}; do models $f; for b in $M $A $M $A; do
-    echo "$f d4096 $([ $b = $M ] && echo main || echo attL): $(tgd $b "-d 4096" $f)"; done; done
+  set -- "main:$M" "attL:$A" "main+band1:$M:RL_CUDA_ATT_PDL_BAND=1" "attL+band1:$A:RL_CUDA_ATT_PDL_BAND=1"
+  vbits "$@"; vtg "$@"
+  for f in ${LATE_D:-tl 8b}; do models $f; for e in "main:$M" "attL:$A" "main:$M" "attL:$A"; do
+    echo "$f d4096 ${e%%:*}: $(tgd ${e#*:} "-d 4096" $f)"; done; done
   [ ! -x /tmp/b/trA/rawloop ] || [ ! -x /tmp/b/tr/rawloop ] || for f in ${TRACE_A:-tl}; do models $f
     echo "== tr $f"; trace1 tr $f; echo "== trA $f"; trace1 trA $f
     echo "== trA $f, RL_CUDA_ATT_PDL_BAND=1"; RL_CUDA_ATT_PDL_BAND=1 trace1 trA $f; done ;;
