@@ -57,14 +57,14 @@ AINLINE __m256i dot_i8(__m256i wabs, __m256i w, __m256i a) {
 
 /* ---- fp16 rows ---------------------------------------------------------------------------- */
 
-static void f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
+static void avx2_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
     for (; i < n; i++) dst[i] = _cvtsh_ss(src[i]);
 }
 
-static void f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
+static void avx2_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(dst + i),
@@ -127,7 +127,7 @@ static void dequant_chunk(uint32_t type, const uint8_t *b, float *dst, size_t le
     const __m256 zero = _mm256_setzero_ps();
     switch (type) {
     case RL_F16:
-        f16_to_f32_row((const uint16_t *)b, dst, len);
+        avx2_f16_to_f32_row((const uint16_t *)b, dst, len);
         return;
     case RL_BF16: {
         size_t i = 0;
@@ -399,7 +399,7 @@ AINLINE void rows_q(const rl_mm *m, size_t r0, size_t r1, const int f) {
 
 /* Same operations as the scalar reference (amax, d = amax/127, id = 127/amax, round to nearest
  * even of x*id under the default rounding mode, integer sum), so the output is identical. */
-static void q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
+static void avx2_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
     for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK) {
         __m256 v[4];
         float amax = blk32_amax(x, v);
@@ -593,7 +593,7 @@ AINLINE void rows_k(const rl_mm *m, size_t r0, size_t r1, uint32_t type) {
 
 #include "mm_rq.h"
 
-static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
+static void avx2_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
     if (m->xq == NULL || rl_type_fp32_act(m->type)) {
         if (m->packed) { /* not a path the engine takes: it packs for the fast path only */
             rl_mm_rows_ref(m, r0, r1);
@@ -630,17 +630,29 @@ static void mm_rows_avx2(const rl_mm *m, size_t r0, size_t r1) {
 
 /* ---- public entry points ------------------------------------------------------------------ */
 
-void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
-#ifdef RL_MM_AVX512
-    rl_avx512_mm_rows(m, r0, r1);
+/* One choice of SIMD level for the four row functions: SIMD(f) names the build's version. */
+#if defined(RL_MM_AVX512)
+#define SIMD(f) rl_avx512_##f
 #elif defined(RL_MM_AVX2)
-    mm_rows_avx2(m, r0, r1);
+#define SIMD(f) avx2_##f
 #elif defined(RL_MM_NEON)
-    rl_neon_mm_rows(m, r0, r1);
+#define SIMD(f) rl_neon_##f
 #else
-    rl_mm_rows_ref(m, r0, r1);
-#endif
+#define SIMD(f) scalar_##f
+static void scalar_mm_rows(const rl_mm *m, size_t r0, size_t r1) { rl_mm_rows_ref(m, r0, r1); }
+static void scalar_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) { rl_q8a_quant_row_ref(x, dst, n); }
+static void scalar_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = rl_f16_to_f32(src[i]);
 }
+static void scalar_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = rl_f32_to_f16(src[i]);
+}
+#endif
+
+void rl_mm_rows(const rl_mm *m, size_t r0, size_t r1) { SIMD(mm_rows)(m, r0, r1); }
+void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) { SIMD(q8a_quant_row)(x, dst, n); }
+void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) { SIMD(f16_to_f32_row)(src, dst, n); }
+void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) { SIMD(f32_to_f16_row)(src, dst, n); }
 
 bool rl_pack_supported(uint32_t type, size_t rows, size_t n) {
 #if !defined(RL_MM_AVX2) && !defined(RL_MM_AVX512)
@@ -670,42 +682,6 @@ const char *rl_simd_name(void) {
 #endif
 }
 
-void rl_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
-#ifdef RL_MM_AVX512
-    rl_avx512_q8a_quant_row(x, dst, n);
-#elif defined(RL_MM_AVX2)
-    q8a_quant_row(x, dst, n);
-#elif defined(RL_MM_NEON)
-    rl_neon_q8a_quant_row(x, dst, n);
-#else
-    rl_q8a_quant_row_ref(x, dst, n);
-#endif
-}
-
-void rl_f16_to_f32_row(const uint16_t *src, float *dst, size_t n) {
-#ifdef RL_MM_AVX512
-    rl_avx512_f16_to_f32_row(src, dst, n);
-#elif defined(RL_MM_AVX2)
-    f16_to_f32_row(src, dst, n);
-#elif defined(RL_MM_NEON)
-    rl_neon_f16_to_f32_row(src, dst, n);
-#else
-    for (size_t i = 0; i < n; i++) dst[i] = rl_f16_to_f32(src[i]);
-#endif
-}
-
-void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
-#ifdef RL_MM_AVX512
-    rl_avx512_f32_to_f16_row(src, dst, n);
-#elif defined(RL_MM_AVX2)
-    f32_to_f16_row(src, dst, n);
-#elif defined(RL_MM_NEON)
-    rl_neon_f32_to_f16_row(src, dst, n);
-#else
-    for (size_t i = 0; i < n; i++) dst[i] = rl_f32_to_f16(src[i]);
-#endif
-}
-
 /* ---- weight quantization ------------------------------------------------------------------ */
 
 #if defined(__AVX2__)
@@ -715,7 +691,7 @@ void rl_f32_to_f16_row(const float *src, uint16_t *dst, size_t n) {
  * 0.5, with v's sign. |v| <= 127, so the codes pack to int8 without saturating. Taken on AVX2
  * and AVX-512 builds alike: the work is converting, not multiplying, and one x86 version is
  * enough. */
-static void q8_0_row_avx2(const float *x, uint8_t *b, size_t n) {
+static void avx2_q8_0_row(const float *x, uint8_t *b, size_t n) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     for (size_t i = 0; i < n / RL_QK; i++, x += RL_QK, b += 34) {
         __m256 v[4];
@@ -766,7 +742,7 @@ void rl_quant_row_fast(uint32_t type, const float *src, void *dst, size_t n, con
     }
 #if defined(__AVX2__)
     if (type == RL_Q8_0 && !rl_quant_uses_weights(type)) {
-        q8_0_row_avx2(src, dst, n);
+        avx2_q8_0_row(src, dst, n);
         return;
     }
 #elif defined(RL_MM_NEON)
