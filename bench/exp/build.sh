@@ -15,7 +15,8 @@
 # nG to trA rawloop only), tail (HEAD + tail.patch, session 50: the last items of a streamed
 # launch claimed, RL_EXP_TAIL; rawloop and test_cursor), each into its own
 # build-dev/VARIANT.tar.xz; s8n, apre and floor no longer apply to HEAD, so they build on the
-# commit that added them. (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
+# commit that added them, and full and trF on caa8c69, the tree before fullgrid.patch landed
+# (session 50). (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
 # session 30, run.sh dual timing main's RL_CUDA_MVS2; mvx-trim.patch in session 32; mvxw, a
 # branch, in session 34; mvxr.patch in session 36 as mvx's RES flag, with mvxr8 and mvxa, which
 # built on it; leanI.patch + leanL-on-leanI.patch in session 48, with leanT, leanB and leanTB,
@@ -34,7 +35,7 @@ for v in $todo; do
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it; the later ones to the
     # commits that added them
-    case $v in main|fma|nG|nQ|tr|trI|full|trF|attL|trA|tail) rev=HEAD ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
+    case $v in main|fma|nG|nQ|tr|trI|attL|trA|tail) rev=HEAD ;; full|trF) rev=caa8c69 ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
         lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; nG|nQ) patch=callG.patch ;; tr) patch=trace.patch ;; trI) patch="trace.patch callG.patch" ;; full) patch=fullgrid.patch ;; attL) patch=att-late.patch ;; trA) patch="trace.patch att-late.patch" ;; trF) patch="trace.patch fullgrid.patch" ;; tail) patch=tail.patch ;;
