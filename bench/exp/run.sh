@@ -99,6 +99,10 @@
 #                                      CMP (default "tl 7b 8b"), ROUNDS (2), tg128 at depth 4096 on
 #                                      LATE_D (default "tl 8b"; the band knob does not reach those
 #                                      graphs), then tr's and trA's time lines on TRACE_A (tl)
+#   bash bench/exp/run.sh tail         tail.patch (build.sh tail; session 50): a streamed launch's last
+#                                      items claimed, RL_EXP_TAIL=1 and 2 against main (and full,
+#                                      where carried): logits the same bytes, tg128 alternated on
+#                                      CMP (default "tl 7b 8b 7bq4km"), ROUNDS (2)
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -525,6 +529,11 @@ late)
   [ ! -x /tmp/b/trA/rawloop ] || [ ! -x /tmp/b/tr/rawloop ] || for f in ${TRACE_A:-tl}; do models $f
     echo "== tr $f"; trace1 tr $f; echo "== trA $f"; trace1 trA $f
     echo "== trA $f, RL_CUDA_ATT_PDL_BAND=1"; RL_CUDA_ATT_PDL_BAND=1 trace1 trA $f; done ;;
+tail)
+  T=/tmp/b/tail/rawloop; [ -x $T ] || { echo "no build of tail here"; exit 2; }
+  F=${CMP:-tl 7b 8b 7bq4km}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
+  set -- "main:$M" "tail1:$T:RL_EXP_TAIL=1" "tail2:$T:RL_EXP_TAIL=2"
+  vbits "$@"; [ ! -x /tmp/b/full/rawloop ] || set -- "$@" "full:/tmp/b/full/rawloop:RL_EXP_FULL=1"; vtg "$@" ;;
 trace)
   F=${CMP:-tl}; models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
@@ -538,6 +547,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
