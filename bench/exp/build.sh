@@ -13,7 +13,10 @@
 # streamed launch's cap), trF (trace.patch + fullgrid.patch), attL (HEAD + att-late.patch,
 # session 49: the flash decode without launch_dependents) and trA (trace.patch + att-late.patch;
 # nG to trA rawloop only), tail (HEAD + tail.patch, session 50: the last items of a streamed
-# launch claimed, RL_EXP_TAIL; rawloop and test_cursor), each into its own
+# launch claimed, RL_EXP_TAIL; rawloop and test_cursor), wmaj (HEAD + wmaj.patch, session 51:
+# RL_EXP_WMAJ=1 deals a streamed launch's items warp-major, so that the warps with one item
+# more are spread over every block; rawloop and test_cuda) and trW (trace.patch + wmaj.patch),
+# each into its own
 # build-dev/VARIANT.tar.xz; s8n, apre and floor no longer apply to HEAD, so they build on the
 # commit that added them, and full and trF on caa8c69, the tree before fullgrid.patch landed
 # (session 50). (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
@@ -35,13 +38,15 @@ for v in $todo; do
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it; the later ones to the
     # commits that added them
-    case $v in main|fma|nG|nQ|tr|trI|attL|trA|tail) rev=HEAD ;; full|trF) rev=caa8c69 ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
+    case $v in main|fma|nG|nQ|tr|trI|attL|trA|tail|wmaj|trW) rev=HEAD ;; full|trF) rev=caa8c69 ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; nG|nQ) patch=callG.patch ;; tr) patch=trace.patch ;; trI) patch="trace.patch callG.patch" ;; full) patch=fullgrid.patch ;; attL) patch=att-late.patch ;; trA) patch="trace.patch att-late.patch" ;; trF) patch="trace.patch fullgrid.patch" ;; tail) patch=tail.patch ;;
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; nG|nQ) patch=callG.patch ;; tr) patch=trace.patch ;; trI) patch="trace.patch callG.patch" ;; full) patch=fullgrid.patch ;; attL) patch=att-late.patch ;; trA) patch="trace.patch att-late.patch" ;; trF) patch="trace.patch fullgrid.patch" ;; tail) patch=tail.patch ;; wmaj) patch=wmaj.patch ;; trW) patch=trace.patch ;;
         fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; apre) patch=att-pre.patch ;; floor) patch=floor.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
+    # trW: wmaj.patch on trace.patch, whose lines around mvs_block's deal it moves (fuzz 2)
+    if [ $v = trW ]; then (cd "$src" && patch -s -p1 --fuzz=3 < bench/exp/wmaj.patch) || { echo "$v: wmaj.patch failed"; exit 1; }; fi
     # lean's epilogues flushed after every item (lean1), or every 16 in GLU launches only
     # (leanG), instead of every 16 (PERF.md v2.25 section 3)
     case $v in lean1) flush=1 ;; leanG) flush='(GLU ? 16 : 1)' ;; *) flush= ;; esac
@@ -54,7 +59,7 @@ for v in $todo; do
     if [ $v = trI ]; then sed -i 's/constexpr bool call = GLU;/constexpr bool call = true;/' "$src/src/cuda/mvs.cuh"
         grep -q 'constexpr bool call = true;' "$src/src/cuda/mvs.cuh" || { echo "$v: call edit failed"; exit 1; }; fi
     bins="build-h200/rawloop build-h200/test_cuda"
-    case $v in nG|nQ|tr|trI|full|trF|attL|trA) bins="build-h200/rawloop" ;; tail) bins="build-h200/rawloop build-h200/test_cursor" ;; esac
+    case $v in nG|nQ|tr|trI|full|trF|attL|trA|trW) bins="build-h200/rawloop" ;; tail) bins="build-h200/rawloop build-h200/test_cursor" ;; esac
     case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
     make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||

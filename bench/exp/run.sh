@@ -103,6 +103,14 @@
 #                                      items claimed, RL_EXP_TAIL=1 and 2 against main (and full,
 #                                      where carried): logits the same bytes, tg128 alternated on
 #                                      CMP (default "tl 7b 8b 7bq4km"), ROUNDS (2)
+#   bash bench/exp/run.sh wmaj         wmaj.patch (build.sh wmaj, trW; session 51): a streamed launch's
+#                                      items dealt warp-major (RL_EXP_WMAJ=1), so that the warps
+#                                      with an item more are spread over every block: its test_cuda
+#                                      under the knob, logits the same bytes as main (SKIPBITS=1:
+#                                      not checked), tg128 of the wmaj build with the knob off
+#                                      (deal0) and on alternated on CMP (default "tl 7b 8b
+#                                      7bq4km"), ROUNDS (2), then tr's and trW's time lines on
+#                                      TRACE_W (default none; e.g. "7b tl")
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -534,6 +542,15 @@ tail)
   F=${CMP:-tl 7b 8b 7bq4km}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
   set -- "main:$M" "tail1:$T:RL_EXP_TAIL=1" "tail2:$T:RL_EXP_TAIL=2"
   vbits "$@"; [ ! -x /tmp/b/full/rawloop ] || set -- "$@" "full:/tmp/b/full/rawloop:RL_EXP_FULL=1"; vtg "$@" ;;
+wmaj)
+  W=/tmp/b/wmaj/rawloop; [ -x $W ] || { echo "no build of wmaj here"; exit 2; }
+  F=${CMP:-tl 7b 8b 7bq4km}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
+  [ "${SKIPTEST:-0}" = 1 ] || { RL_EXP_WMAJ=1 /tmp/b/wmaj/test_cuda > /tmp/tc-wmaj.log 2>&1
+    echo "test_cuda, wmaj, RL_EXP_WMAJ=1: $(tail -1 /tmp/tc-wmaj.log)"; }
+  vbits "main:$M" "wmaj:$W:RL_EXP_WMAJ=1"; vtg "deal0:$W" "wmaj:$W:RL_EXP_WMAJ=1"
+  for f in ${TRACE_W:-}; do models $f
+    [ ! -x /tmp/b/tr/rawloop ] || { echo "== tr $f"; trace1 tr $f; }
+    [ ! -x /tmp/b/trW/rawloop ] || { echo "== trW $f"; RL_EXP_WMAJ=1 trace1 trW $f; }; done ;;
 trace)
   F=${CMP:-tl}; models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
@@ -547,6 +564,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
