@@ -111,6 +111,13 @@
 #                                      (deal0) and on alternated on CMP (default "tl 7b 8b
 #                                      7bq4km"), ROUNDS (2), then tr's and trW's time lines on
 #                                      TRACE_W (default none; e.g. "7b tl")
+#   bash bench/exp/run.sh wide         wide.patch (build.sh wide; session 51): launches of one 16-warp
+#                                      block per SM in blocks of up to 18 warps where that lowers
+#                                      the busiest warp's items (RL_EXP_WIDE=18): its test_cuda
+#                                      under the knob, logits the same bytes as main, tg128 of
+#                                      main, the wide build with the knob unset (its 576-thread
+#                                      launch bounds alone) and set, alternated, on CMP (default
+#                                      "7b 8b 7bq4km tl"), ROUNDS (2)
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -551,6 +558,12 @@ wmaj)
   for f in ${TRACE_W:-}; do models $f
     [ ! -x /tmp/b/tr/rawloop ] || { echo "== tr $f"; trace1 tr $f; }
     [ ! -x /tmp/b/trW/rawloop ] || { echo "== trW $f"; RL_EXP_WMAJ=1 trace1 trW $f; }; done ;;
+wide)
+  W=/tmp/b/wide/rawloop; [ -x $W ] || { echo "no build of wide here"; exit 2; }
+  F=${CMP:-7b 8b 7bq4km tl}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
+  [ "${SKIPTEST:-0}" = 1 ] || { RL_EXP_WIDE=18 /tmp/b/wide/test_cuda > /tmp/tc-wide.log 2>&1
+    echo "test_cuda, wide, RL_EXP_WIDE=18: $(tail -1 /tmp/tc-wide.log)"; }
+  vbits "main:$M" "wide:$W:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$W" "wide18:$W:RL_EXP_WIDE=18" ;;
 trace)
   F=${CMP:-tl}; models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
@@ -564,6 +577,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
