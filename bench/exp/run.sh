@@ -188,6 +188,13 @@ vbits() { local e l b k n L ls; [ "${SKIPBITS:-0}" = 1 ] && return
       (XLG_FLAGS=$ex; [ -z "$k" ] || export "$k"; xlg $b /tmp/l-$n 1 "$IDS")
       L="$L /tmp/l-$n"; ls="$ls${ls:+ = }$l"; n=$((n + 1)); done
     same "$ls" $L; rm -f $L; done; done; }
+# varsetup VARIANT FILES: B the variant's rawloop (or exit 2 where not carried), F the files
+# (CMP, else FILES) made, IDS the 40 ids vbits compares; vtest VARIANT KNOB=V: its test_cuda
+# under the knob (SKIPTEST=1: not)
+varsetup() { B=/tmp/b/$1/rawloop; [ -x $B ] || { echo "no build of $1 here"; exit 2; }
+  F=${CMP:-$2}; models $F; IDS=$(seq 100 139 | tr '\n' ' '); }
+vtest() { [ "${SKIPTEST:-0}" = 1 ] && return
+  env "$2" /tmp/b/$1/test_cuda > /tmp/tc-$1.log 2>&1; echo "test_cuda, $1, $2: $(tail -1 /tmp/tc-$1.log)"; }
 vtg() { local e l b k r
   for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do for e in "$@"; do IFS=: read -r l b k <<< "$e"
     tg $b /tmp/m/$f.gguf "$f $l r$r" $k; done; done; done; }
@@ -530,13 +537,11 @@ res)
 models) models ${MODELS:-tl 7b 7brq2 7bq4km 8b} ;;
 lat) /tmp/b/main/lab_lat ${HOPS:-3000} 5 ;;
 full)
-  B=/tmp/b/full/rawloop; [ -x $B ] || { echo "no build of full here"; exit 2; }
-  F=${CMP:-tl 7b 7bq4km}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
+  varsetup full "tl 7b 7bq4km"
   set -- "even deal:$B" "every block:$B:RL_EXP_FULL=1"; vbits "$@"; vtg "$@"
   [ ! -x /tmp/b/trF/rawloop ] || for f in ${TRACE_F:-7b}; do models $f; RL_EXP_FULL=1 trace1 trF $f; done ;;
 late)
-  A=/tmp/b/attL/rawloop; [ -x $A ] || { echo "no build of attL here"; exit 2; }
-  F=${CMP:-tl 7b 8b}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
+  varsetup attL "tl 7b 8b"; A=$B
   set -- "main:$M" "attL:$A" "main+band1:$M:RL_CUDA_ATT_PDL_BAND=1" "attL+band1:$A:RL_CUDA_ATT_PDL_BAND=1"
   vbits "$@"; vtg "$@"
   for f in ${LATE_D:-tl 8b}; do models $f; for e in "main:$M" "attL:$A" "main:$M" "attL:$A"; do
@@ -545,25 +550,18 @@ late)
     echo "== tr $f"; trace1 tr $f; echo "== trA $f"; trace1 trA $f
     echo "== trA $f, RL_CUDA_ATT_PDL_BAND=1"; RL_CUDA_ATT_PDL_BAND=1 trace1 trA $f; done ;;
 tail)
-  T=/tmp/b/tail/rawloop; [ -x $T ] || { echo "no build of tail here"; exit 2; }
-  F=${CMP:-tl 7b 8b 7bq4km}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
-  set -- "main:$M" "tail1:$T:RL_EXP_TAIL=1" "tail2:$T:RL_EXP_TAIL=2"
+  varsetup tail "tl 7b 8b 7bq4km"
+  set -- "main:$M" "tail1:$B:RL_EXP_TAIL=1" "tail2:$B:RL_EXP_TAIL=2"
   vbits "$@"; [ ! -x /tmp/b/full/rawloop ] || set -- "$@" "full:/tmp/b/full/rawloop:RL_EXP_FULL=1"; vtg "$@" ;;
 wmaj)
-  W=/tmp/b/wmaj/rawloop; [ -x $W ] || { echo "no build of wmaj here"; exit 2; }
-  F=${CMP:-tl 7b 8b 7bq4km}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
-  [ "${SKIPTEST:-0}" = 1 ] || { RL_EXP_WMAJ=1 /tmp/b/wmaj/test_cuda > /tmp/tc-wmaj.log 2>&1
-    echo "test_cuda, wmaj, RL_EXP_WMAJ=1: $(tail -1 /tmp/tc-wmaj.log)"; }
-  vbits "main:$M" "wmaj:$W:RL_EXP_WMAJ=1"; vtg "deal0:$W" "wmaj:$W:RL_EXP_WMAJ=1"
+  varsetup wmaj "tl 7b 8b 7bq4km"; vtest wmaj RL_EXP_WMAJ=1
+  vbits "main:$M" "wmaj:$B:RL_EXP_WMAJ=1"; vtg "deal0:$B" "wmaj:$B:RL_EXP_WMAJ=1"
   for f in ${TRACE_W:-}; do models $f
     [ ! -x /tmp/b/tr/rawloop ] || { echo "== tr $f"; trace1 tr $f; }
     [ ! -x /tmp/b/trW/rawloop ] || { echo "== trW $f"; RL_EXP_WMAJ=1 trace1 trW $f; }; done ;;
 wide)
-  W=/tmp/b/wide/rawloop; [ -x $W ] || { echo "no build of wide here"; exit 2; }
-  F=${CMP:-7b 8b 7bq4km tl}; models $F; IDS=$(seq 100 139 | tr '\n' ' ')
-  [ "${SKIPTEST:-0}" = 1 ] || { RL_EXP_WIDE=18 /tmp/b/wide/test_cuda > /tmp/tc-wide.log 2>&1
-    echo "test_cuda, wide, RL_EXP_WIDE=18: $(tail -1 /tmp/tc-wide.log)"; }
-  vbits "main:$M" "wide:$W:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$W" "wide18:$W:RL_EXP_WIDE=18" ;;
+  varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
+  vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
 trace)
   F=${CMP:-tl}; models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
