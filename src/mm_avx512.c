@@ -445,7 +445,8 @@ AINLINE void tile_x8(const rl_mm *m, size_t r, size_t s, const int C, const int 
     }
 }
 
-AINLINE void rows_x8(const rl_mm *m, size_t r0, size_t r1, const int q4) {
+AINLINE void rows_x8(const rl_mm *m, size_t r0, size_t r1, const int f) {
+    const int q4 = f == TQ_Q4_0;
     const size_t chunk = rl_x8_chunk(m, XC); /* (the AVX2 kernel's size; not tuned here) */
     for (size_t s0 = 0; s0 < m->S; s0 += chunk) {
         size_t s1 = m->S - s0 < chunk ? m->S : s0 + chunk;
@@ -565,38 +566,10 @@ void rl_avx512_q8a_quant_row(const float *x, rl_q8a *dst, size_t n) {
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
-void rl_avx512_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
-    if (m->xq == NULL || rl_type_fp32_act(m->type)) {
-        if (m->packed) { /* not a path the engine takes: it packs for the fast path only */
-            rl_mm_rows_ref(m, r0, r1);
-            return;
-        }
-        exact_rows(m, r0, r1);
-        return;
-    }
-    if (m->packed) {
-        switch (m->type) {
-        case RL_Q8_0: rows_x8(m, r0, r1, 0); return;
-        case RL_Q4_0: rows_x8(m, r0, r1, 1); return;
-        case RL_RQ2: rows_rq_x8(m, r0, r1, false); return;
-        case RL_RQ4: rows_rq_x8(m, r0, r1, true); return;
-        default: rl_mm_rows_ref(m, r0, r1); return;
-        }
-    }
-    switch (m->type) {
-    case RL_Q8_0: rows_q(m, r0, r1, TQ_Q8_0); return;
-    case RL_Q4_0: rows_q(m, r0, r1, TQ_Q4_0); return;
-    case RL_Q4_1: rows_q(m, r0, r1, TQ_Q4_1); return;
-    case RL_Q5_0: rows_q(m, r0, r1, TQ_Q5_0); return;
-    case RL_Q5_1: rows_q(m, r0, r1, TQ_Q5_1); return;
-    case RL_Q4_K: rows_k(m, r0, r1, RL_Q4_K); return;
-    case RL_Q5_K: rows_k(m, r0, r1, RL_Q5_K); return;
-    case RL_Q6_K: rows_k(m, r0, r1, RL_Q6_K); return;
-    case RL_RQ2: rows_rq(m, r0, r1, false); return;
-    case RL_RQ4: rows_rq(m, r0, r1, true); return;
-    default: rl_mm_rows_ref(m, r0, r1); return;
-    }
-}
+#define MM_RQ_X8 1
+#include "mm_dispatch.h"
+
+void rl_avx512_mm_rows(const rl_mm *m, size_t r0, size_t r1) { mm_rows(m, r0, r1); }
 
 #else
 /* ISO C wants at least one declaration in a translation unit */

@@ -565,14 +565,14 @@ AINLINE float dot_k(const kblock *kb, const rl_q8a *a) {
     return vaddvq_f32(acc) - mins;
 }
 
-static void rows_k(const rl_mm *m, size_t r0, size_t r1) {
-    const rl_type_info *ti = rl_type_get(m->type);
+static void rows_k(const rl_mm *m, size_t r0, size_t r1, uint32_t type) {
+    const rl_type_info *ti = rl_type_get(type);
     size_t nsb = m->n / RL_QK_K, nb = m->n / RL_QK;
     kblock kb;
     for (size_t r = r0; r < r1; r++) {
         const uint8_t *w = (const uint8_t *)m->w + r * m->row_bytes;
         for (size_t i = 0; i < nsb; i++) {
-            unpack_k(m->type, w + i * ti->size, &kb);
+            unpack_k(type, w + i * ti->size, &kb);
             bool add = i > 0 || m->accumulate;
             for (size_t s = 0; s < m->S; s++) put(m, s, r, dot_k(&kb, m->xq + s * nb + 8 * i), add);
         }
@@ -646,36 +646,9 @@ bool rl_neon_any_nonfinite(const float *x, size_t n) {
 
 /* ---- dispatch ------------------------------------------------------------------------------ */
 
-void rl_neon_mm_rows(const rl_mm *m, size_t r0, size_t r1) {
-    if (m->xq == NULL || rl_type_fp32_act(m->type)) {
-        if (m->packed) { /* not a path the engine takes: it packs for the fast path only */
-            rl_mm_rows_ref(m, r0, r1);
-            return;
-        }
-        exact_rows(m, r0, r1);
-        return;
-    }
-    if (m->packed) {
-        switch (m->type) {
-        case RL_Q8_0: rows_x8(m, r0, r1, TQ_Q8_0); return;
-        case RL_Q4_0: rows_x8(m, r0, r1, TQ_Q4_0); return;
-        default: rl_mm_rows_ref(m, r0, r1); return;
-        }
-    }
-    switch (m->type) {
-    case RL_Q8_0: rows_q(m, r0, r1, TQ_Q8_0); return;
-    case RL_Q4_0: rows_q(m, r0, r1, TQ_Q4_0); return;
-    case RL_Q5_0: rows_q(m, r0, r1, TQ_Q5_0); return;
-    case RL_Q5_1: rows_q(m, r0, r1, TQ_Q5_1); return;
-    case RL_Q4_1: rows_q(m, r0, r1, TQ_Q4_1); return;
-    case RL_Q4_K:
-    case RL_Q5_K:
-    case RL_Q6_K: rows_k(m, r0, r1); return;
-    case RL_RQ2: rows_rq(m, r0, r1, false); return;
-    case RL_RQ4: rows_rq(m, r0, r1, true); return;
-    default: rl_mm_rows_ref(m, r0, r1); return;
-    }
-}
+#include "mm_dispatch.h" /* RQ2 / RQ4 are not packed here: no rows_rq_x8 */
+
+void rl_neon_mm_rows(const rl_mm *m, size_t r0, size_t r1) { mm_rows(m, r0, r1); }
 
 #else
 /* ISO C wants at least one declaration in a translation unit */
