@@ -118,6 +118,12 @@
 #                                      main, the wide build with the knob unset (its 576-thread
 #                                      launch bounds alone) and set, alternated, on CMP (default
 #                                      "7b 8b 7bq4km tl"), ROUNDS (2)
+#   bash bench/exp/run.sh ampad        ampad.patch (build.sh ampad; session 52): the tensor-core
+#                                      flash decode's warp sums in rows of hd + 1 floats (no bank
+#                                      conflicts): its test_cuda, logits the same bytes as main
+#                                      (40 ids -b 1 fast and --exact; 300 ids -b 1 and -b 16, the
+#                                      cluster's merge), tg128 at depth 0 and 4096 alternated with
+#                                      main on CMP (default "tl 8b"), ROUNDS (2)
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -559,6 +565,17 @@ wmaj)
   for f in ${TRACE_W:-}; do models $f
     [ ! -x /tmp/b/tr/rawloop ] || { echo "== tr $f"; trace1 tr $f; }
     [ ! -x /tmp/b/trW/rawloop ] || { echo "== trW $f"; RL_EXP_WMAJ=1 trace1 trW $f; }; done ;;
+ampad)
+  varsetup ampad "tl 8b"; vtest ampad RL_EXP_NONE=1; vbits "main:$M" "ampad:$B"
+  I300=$(seq 1 300 | tr '\n' ' '); ex=
+  for f in $F; do L=; for e in "main:$M" "ampad:$B"; do for b in 1 16; do
+    xlg ${e#*:} /tmp/l3-${e%%:*}-$b $b "$I300"
+    L="$L /tmp/l3-${e%%:*}-$b"; done; done
+    same "300 ids: main -b 1 = -b 16 = ampad -b 1 = -b 16" $L; rm -f $L; done
+  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do for d in 0 4096; do line="$f r$r tg128 d$d"; b0=
+    for e in "main:$M" "ampad:$B"; do set -- $(tgd ${e#*:} "-d $d" $f)
+      line="$line | ${e%%:*}: $1 ± $2$([ -z "$b0" ] || echo " ($(rel $b0 $1))")"; b0=${b0:-$1}; done
+    echo "$line"; done; done; done ;;
 wide)
   varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
   vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
@@ -575,6 +592,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
