@@ -124,6 +124,14 @@
 #                                      (40 ids -b 1 fast and --exact; 300 ids -b 1 and -b 16, the
 #                                      cluster's merge), tg128 at depth 0 and 4096 alternated with
 #                                      main on CMP (default "tl 8b"), ROUNDS (2)
+#   bash bench/exp/run.sh amq8         amq8.patch (build.sh amq8; session 52): the tensor-core flash
+#                                      decode for --kv-type q8 (main keeps a q8 cache on the block
+#                                      per head): f16 logits the same bytes as main (40 ids, fast
+#                                      and --exact), q8 logits -b 1 = -b 16 at 300 ids (clusters),
+#                                      then tg128 at depth 0 and 4096 of main f16 / main q8 / amq8
+#                                      q8 alternated on CMP (default "tl 8b"), ROUNDS (2). Its
+#                                      test_cuda and the q8 cache against the CPU's:
+#                                      TSTAGES="k q" bash bench/exp/run.sh tests-amq8
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -576,6 +584,16 @@ ampad)
     for e in "main:$M" "ampad:$B"; do set -- $(tgd ${e#*:} "-d $d" $f)
       line="$line | ${e%%:*}: $1 ± $2$([ -z "$b0" ] || echo " ($(rel $b0 $1))")"; b0=${b0:-$1}; done
     echo "$line"; done; done; done ;;
+amq8)
+  varsetup amq8 "tl 8b"; vbits "main:$M" "amq8:$B"
+  I300=$(seq 1 300 | tr '\n' ' '); ex=q8
+  for f in $F; do L=; for b in 1 16; do (XLG_FLAGS="--kv-type q8"; xlg $B /tmp/lq-$b $b "$I300"); L="$L /tmp/lq-$b"; done
+    same "amq8 q8 KV, 300 ids: -b 1 = -b 16" $L; rm -f $L; done
+  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do for d in 0 4096; do line="$f r$r tg128 d$d"; b0=
+    for e in "main-f16:$M:" "main-q8:$M:--kv-type q8" "amq8-q8:$B:--kv-type q8"; do IFS=: read -r l b k <<< "$e"
+      set -- $(tgd $b "-d $d $k" $f)
+      line="$line | $l: $1 ± $2$([ -z "$b0" ] || echo " ($(rel $b0 $1))")"; b0=${b0:-$1}; done
+    echo "$line"; done; done; done ;;
 wide)
   varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
   vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
@@ -592,6 +610,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, amq8)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
