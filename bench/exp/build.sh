@@ -20,7 +20,8 @@
 # warps a block where that gives its busiest warp fewer items; rawloop and test_cuda) and ampad
 # (HEAD + ampad.patch, session 52: the tensor-core flash decode's warp sums without bank
 # conflicts; rawloop and test_cuda) and amq8 (HEAD + amq8.patch, session 52: the tensor-core
-# flash decode for a q8 KV cache too; rawloop and test_cuda), each into its own
+# flash decode for a q8 KV cache too; rawloop and test_cuda) and trAt (HEAD + trace.patch +
+# att-trace.patch, session 52: the flash decode's blocks in the same ring; rawloop), each into its own
 # build-dev/VARIANT.tar.xz; s8n, apre and floor no longer apply to HEAD, so they build on the
 # commit that added them, and full and trF on caa8c69, the tree before fullgrid.patch landed
 # (session 50). (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
@@ -42,10 +43,10 @@ for v in $todo; do
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it; the later ones to the
     # commits that added them
-    case $v in main|fma|nG|nQ|tr|trI|attL|trA|tail|wmaj|trW|wide|ampad|amq8) rev=HEAD ;; full|trF) rev=caa8c69 ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
+    case $v in main|fma|nG|nQ|tr|trI|attL|trA|tail|wmaj|trW|wide|ampad|amq8|trAt) rev=HEAD ;; full|trF) rev=caa8c69 ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; nG|nQ) patch=callG.patch ;; tr) patch=trace.patch ;; trI) patch="trace.patch callG.patch" ;; full) patch=fullgrid.patch ;; attL) patch=att-late.patch ;; trA) patch="trace.patch att-late.patch" ;; trF) patch="trace.patch fullgrid.patch" ;; tail) patch=tail.patch ;; wmaj) patch=wmaj.patch ;; trW) patch=trace.patch ;; wide) patch=wide.patch ;; ampad) patch=ampad.patch ;; amq8) patch=amq8.patch ;;
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; nG|nQ) patch=callG.patch ;; tr) patch=trace.patch ;; trI) patch="trace.patch callG.patch" ;; full) patch=fullgrid.patch ;; attL) patch=att-late.patch ;; trA) patch="trace.patch att-late.patch" ;; trF) patch="trace.patch fullgrid.patch" ;; tail) patch=tail.patch ;; wmaj) patch=wmaj.patch ;; trW) patch=trace.patch ;; wide) patch=wide.patch ;; ampad) patch=ampad.patch ;; amq8) patch=amq8.patch ;; trAt) patch="trace.patch att-trace.patch" ;;
         fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; apre) patch=att-pre.patch ;; floor) patch=floor.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done
@@ -63,7 +64,7 @@ for v in $todo; do
     if [ $v = trI ]; then sed -i 's/constexpr bool call = GLU;/constexpr bool call = true;/' "$src/src/cuda/mvs.cuh"
         grep -q 'constexpr bool call = true;' "$src/src/cuda/mvs.cuh" || { echo "$v: call edit failed"; exit 1; }; fi
     bins="build-h200/rawloop build-h200/test_cuda"
-    case $v in nG|nQ|tr|trI|full|trF|attL|trA|trW) bins="build-h200/rawloop" ;; tail) bins="build-h200/rawloop build-h200/test_cursor" ;; esac
+    case $v in nG|nQ|tr|trI|full|trF|attL|trA|trW|trAt) bins="build-h200/rawloop" ;; tail) bins="build-h200/rawloop build-h200/test_cursor" ;; esac
     case $v in main|lean|lsf) bins="$bins build-h200/lab_mvs" ;; esac
     [ $v != main ] || bins="$bins build-h200/lab_lat" # the queue-latency lab (run.sh lat)
     make -C "$src" BUILD=build-h200 NVFLAGS="$NV" -j"$(nproc)" $bins >"$out/$v.log" 2>&1 ||

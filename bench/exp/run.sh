@@ -132,6 +132,11 @@
 #                                      q8 alternated on CMP (default "tl 8b"), ROUNDS (2). Its
 #                                      test_cuda and the q8 cache against the CPU's:
 #                                      TSTAGES="k q" bash bench/exp/run.sh tests-amq8
+#   bash bench/exp/run.sh atrace       att-trace.patch (build.sh trAt; session 52): tg128 of main and
+#                                      of trAt with the ring off (its cost), then one tg128 with the
+#                                      ring on: the streamed launches' table (trace_agg.py) and the
+#                                      flash decode's blocks against QKV's end and Wo's release
+#                                      (trace_att.py), on CMP (default "tl 8b 7b")
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -597,6 +602,10 @@ amq8)
 wide)
   varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
   vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
+atrace)
+  F=${CMP:-tl 8b 7b}; models $F; [ -x /tmp/b/trAt/rawloop ] || { echo "no build of trAt here"; exit 2; }
+  for f in $F; do tg $M /tmp/m/$f.gguf "$f main"; tg /tmp/b/trAt/rawloop /tmp/m/$f.gguf "$f trAt (ring off)"
+    trace1 trAt $f; python3 bench/exp/trace_att.py /tmp/tr-trAt-$f.bin; done ;;
 trace)
   F=${CMP:-tl}; models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
@@ -610,6 +619,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, amq8)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, amq8, atrace)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"

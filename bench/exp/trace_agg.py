@@ -24,6 +24,8 @@ def load(fn):
     bykey = collections.defaultdict(list)
     for i in range((len(raw) - 16) // 40):
         k, sb, t0, t1, t2 = struct.unpack_from('<5Q', raw, 16 + 40 * i)
+        if k >> 62:  # att-trace.patch's flash decode records (bench/exp/trace_att.py)
+            continue
         bykey[k].append((t0, sb >> 32, sb & 0xffffffff, t1, t2))
     if not bykey:
         return n, cap, 0, []
