@@ -208,15 +208,23 @@ vbits() { local e l b k n L ls; [ "${SKIPBITS:-0}" = 1 ] && return
       L="$L /tmp/l-$n"; ls="$ls${ls:+ = }$l"; n=$((n + 1)); done
     same "$ls" $L; rm -f $L; done; done; }
 # varsetup VARIANT FILES: B the variant's rawloop (or exit 2 where not carried), F the files
-# (CMP, else FILES) made, IDS the 40 ids vbits compares; vtest VARIANT KNOB=V: its test_cuda
-# under the knob (SKIPTEST=1: not)
+# (CMP, else FILES) made, IDS the 40 ids vbits compares; vtest VARIANT [KNOB=V]: its test_cuda
+# under the knob, or none (SKIPTEST=1: not)
 varsetup() { B=/tmp/b/$1/rawloop; [ -x $B ] || { echo "no build of $1 here"; exit 2; }
   F=${CMP:-$2}; models $F; IDS=$(seq 100 139 | tr '\n' ' '); }
 vtest() { [ "${SKIPTEST:-0}" = 1 ] && return
-  env "$2" /tmp/b/$1/test_cuda > /tmp/tc-$1.log 2>&1; echo "test_cuda, $1, $2: $(tail -1 /tmp/tc-$1.log)"; }
+  env ${2:+"$2"} /tmp/b/$1/test_cuda > /tmp/tc-$1.log 2>&1; echo "test_cuda, $1, ${2:-no knob}: $(tail -1 /tmp/tc-$1.log)"; }
 vtg() { local e l b k r
   for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do for e in "$@"; do IFS=: read -r l b k <<< "$e"
     tg $b /tmp/m/$f.gguf "$f $l r$r" $k; done; done; done; }
+# vtgd "LABEL:BINARY:FLAGS"...: tg128 at depths 0 and 4096 of each entry (FLAGS: more bench
+# flags, e.g. --kv-type q8) on each file of F, alternated, one line a file and depth with each
+# entry's percent against the first, ROUNDS rounds (2)
+vtgd() { local r d e l b k line b0 v
+  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do for d in 0 4096; do line="$f r$r tg128 d$d"; b0=
+    for e in "$@"; do IFS=: read -r l b k <<< "$e"; v=$(tgd $b "-d $d $k" $f)
+      line="$line | $l: ${v% *} ± ${v#* }$([ -z "$b0" ] || echo " ($(rel $b0 ${v% *}))")"; b0=${b0:-${v% *}}; done
+    echo "$line"; done; done; done; }
 # cfgrun: the files F, each CFGS entry "LABEL:VAR=V,VAR=V" (LABEL alone: no knobs set) at tg128
 # for each CFG_D depth ("0 4096") and S=16 over 512 ids at -c 4096 (CFG_S16=0: not), one line a
 # file and depth, each entry's percent against the first, ROUNDS rounds (2)
@@ -579,26 +587,19 @@ wmaj)
     [ ! -x /tmp/b/tr/rawloop ] || { echo "== tr $f"; trace1 tr $f; }
     [ ! -x /tmp/b/trW/rawloop ] || { echo "== trW $f"; RL_EXP_WMAJ=1 trace1 trW $f; }; done ;;
 ampad)
-  varsetup ampad "tl 8b"; vtest ampad RL_EXP_NONE=1; vbits "main:$M" "ampad:$B"
+  varsetup ampad "tl 8b"; vtest ampad; vbits "main:$M" "ampad:$B"
   I300=$(seq 1 300 | tr '\n' ' '); ex=
   for f in $F; do L=; for e in "main:$M" "ampad:$B"; do for b in 1 16; do
     xlg ${e#*:} /tmp/l3-${e%%:*}-$b $b "$I300"
     L="$L /tmp/l3-${e%%:*}-$b"; done; done
     same "300 ids: main -b 1 = -b 16 = ampad -b 1 = -b 16" $L; rm -f $L; done
-  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do for d in 0 4096; do line="$f r$r tg128 d$d"; b0=
-    for e in "main:$M" "ampad:$B"; do set -- $(tgd ${e#*:} "-d $d" $f)
-      line="$line | ${e%%:*}: $1 ± $2$([ -z "$b0" ] || echo " ($(rel $b0 $1))")"; b0=${b0:-$1}; done
-    echo "$line"; done; done; done ;;
+  vtgd "main:$M:" "ampad:$B:" ;;
 amq8)
   varsetup amq8 "tl 8b"; vbits "main:$M" "amq8:$B"
   I300=$(seq 1 300 | tr '\n' ' '); ex=q8
   for f in $F; do L=; for b in 1 16; do (XLG_FLAGS="--kv-type q8"; xlg $B /tmp/lq-$b $b "$I300"); L="$L /tmp/lq-$b"; done
     same "amq8 q8 KV, 300 ids: -b 1 = -b 16" $L; rm -f $L; done
-  for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do for d in 0 4096; do line="$f r$r tg128 d$d"; b0=
-    for e in "main-f16:$M:" "main-q8:$M:--kv-type q8" "amq8-q8:$B:--kv-type q8"; do IFS=: read -r l b k <<< "$e"
-      set -- $(tgd $b "-d $d $k" $f)
-      line="$line | $l: $1 ± $2$([ -z "$b0" ] || echo " ($(rel $b0 $1))")"; b0=${b0:-$1}; done
-    echo "$line"; done; done; done ;;
+  vtgd "main-f16:$M:" "main-q8:$M:--kv-type q8" "amq8-q8:$B:--kv-type q8" ;;
 wide)
   varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
   vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
