@@ -204,6 +204,7 @@ int cmd_run(int argc, char **argv) {
         fwrite(piece, 1, k, stdout);
     }
     printf("\n");
+    fflush(stdout); /* the text's last line before the stats on stderr, also when both go to one pipe */
     double t2 = cli_now();
     fprintf(stderr, "rawloop: prompt %zu tokens in %.3f s (%.2f tok/s); generated %zu tokens in "
                     "%.3f s (%.2f tok/s); %s, %zu threads, %s; prefill %s\n", n_ids, t1 - t0,
