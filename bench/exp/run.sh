@@ -258,14 +258,10 @@ cmp-*)
   VS=$(echo ${MODE#cmp-} | tr + ' ')
   for v in $VS; do [ -x /tmp/b/$v/rawloop ] || { echo "no build of $v here"; exit 2; }; done
   F=${CMP:-tl 7b 7brq2 7bq4km}; models $F
-  IDS=$(seq 100 139 | tr '\n' ' ')
-  [ "${SKIPBITS:-0}" = 1 ] || for f in $F; do for ex in "" --exact; do
-    for b in main $VS; do XLG_FLAGS=$ex xlg /tmp/b/$b/rawloop /tmp/l-$b 1 "$IDS"; done
-    same "main = $(echo $VS | sed 's/ / = /g')" /tmp/l-main $(for v in $VS; do echo /tmp/l-$v; done); rm -f /tmp/l-*
-  done; done
+  IDS=$(seq 100 139 | tr '\n' ' '); E="main:$M"; for v in $VS; do E="$E $v:/tmp/b/$v/rawloop"; done
+  vbits $E
   [ "${SKIPPERF:-0}" = 1 ] || {
-    for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do tg $M /tmp/m/$f.gguf "$f main r$r"
-      for v in $VS; do tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v r$r"; done; done; done
+    vtg $E
     [ "${SKIPLAB:-0}" = 1 ] || for b in main $VS; do [ -x /tmp/b/$b/lab_mvs ] || continue; echo "== lab_mvs 20 4, $b"; /tmp/b/$b/lab_mvs 20 4 | grep -v "^$"; done; } ;;
 bits)
   models tl 7b 7brq2 7bq4km
