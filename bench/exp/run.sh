@@ -136,7 +136,8 @@
 #                                      of trAt with the ring off (its cost), then one tg128 with the
 #                                      ring on: the streamed launches' table (trace_agg.py) and the
 #                                      flash decode's blocks against QKV's end and Wo's release
-#                                      (trace_att.py), on CMP (default "tl 8b 7b")
+#                                      (trace_att.py, which trace1 now runs on every ring), on CMP
+#                                      (default "tl 8b 7b"); TRACE other builds
 #   bash bench/exp/run.sh lat          bench/lab_lat.cu (main's build): a dependent read's latency
 #                                      while every SM streams with a given number of bytes in
 #                                      flight, by cp.async, loads and bulk copies (no models; ~1 min)
@@ -197,7 +198,7 @@ pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r
 # file (~80 MB, /tmp/tr-VARIANT-FILE.bin) stays in /tmp: too large to bring back, query it later.
 trace1() { local o=/tmp/tr-$1-$2.bin; rm -f $o
   RL_EXP_TRACE=$o /tmp/b/$1/rawloop bench --device cuda -m /tmp/m/$2.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
-  python3 bench/exp/trace_agg.py $o ${PER_LAYER:-4}; python3 bench/exp/trace_sm.py $o; }
+  python3 bench/exp/trace_agg.py $o ${PER_LAYER:-4}; python3 bench/exp/trace_sm.py $o; python3 bench/exp/trace_att.py $o; }
 # Entries "LABEL:BINARY[:VAR=V]" (a build, and a knob set for it or none), the first the
 # reference: vbits checks that all give the same logits of IDS on each file of F, fast and
 # --exact (SKIPBITS=1: not); vtg times tg128 of each on each file, alternated, ROUNDS rounds (2)
@@ -217,6 +218,12 @@ vtest() { [ "${SKIPTEST:-0}" = 1 ] && return
 vtg() { local e l b k r
   for r in $(seq 1 ${ROUNDS:-2}); do for f in $F; do for e in "$@"; do IFS=: read -r l b k <<< "$e"
     tg $b /tmp/m/$f.gguf "$f $l r$r" $k; done; done; done; }
+# vchunks N "LABEL:BINARY:FLAGS"...: logits of ids 1..N at -b 1 and -b 16 (exact chunks) of each
+# entry (FLAGS: more logits flags, e.g. --kv-type q8) on each file of F, all the same bytes
+vchunks() { local n=$1 e l b k c L ls; shift; ls=$(printf '%s\n' "$@" | cut -d: -f1 | paste -sd, | sed 's/,/ = /g')
+  for f in $F; do L=; for e in "$@"; do IFS=: read -r l b k <<< "$e"; for c in 1 16; do
+      (XLG_FLAGS=$k; xlg $b /tmp/lc-$l-$c $c "$(seq 1 $n | tr '\n' ' ')"); L="$L /tmp/lc-$l-$c"; done; done
+    ex=$k same "$n ids, -b 1 = -b 16: $ls" $L; rm -f $L; done; }
 # vtgd "LABEL:BINARY:FLAGS"...: tg128 at depths 0 and 4096 of each entry (FLAGS: more bench
 # flags, e.g. --kv-type q8) on each file of F, alternated, one line a file and depth with each
 # entry's percent against the first, ROUNDS rounds (2)
@@ -583,30 +590,20 @@ wmaj)
     [ ! -x /tmp/b/tr/rawloop ] || { echo "== tr $f"; trace1 tr $f; }
     [ ! -x /tmp/b/trW/rawloop ] || { echo "== trW $f"; RL_EXP_WMAJ=1 trace1 trW $f; }; done ;;
 ampad)
-  varsetup ampad "tl 8b"; vtest ampad; vbits "main:$M" "ampad:$B"
-  I300=$(seq 1 300 | tr '\n' ' '); ex=
-  for f in $F; do L=; for e in "main:$M" "ampad:$B"; do for b in 1 16; do
-    xlg ${e#*:} /tmp/l3-${e%%:*}-$b $b "$I300"
-    L="$L /tmp/l3-${e%%:*}-$b"; done; done
-    same "300 ids: main -b 1 = -b 16 = ampad -b 1 = -b 16" $L; rm -f $L; done
+  varsetup ampad "tl 8b"; vtest ampad; vbits "main:$M" "ampad:$B"; vchunks 300 "main:$M:" "ampad:$B:"
   vtgd "main:$M:" "ampad:$B:" ;;
 amq8)
-  varsetup amq8 "tl 8b"; vbits "main:$M" "amq8:$B"
-  I300=$(seq 1 300 | tr '\n' ' '); ex=q8
-  for f in $F; do L=; for b in 1 16; do (XLG_FLAGS="--kv-type q8"; xlg $B /tmp/lq-$b $b "$I300"); L="$L /tmp/lq-$b"; done
-    same "amq8 q8 KV, 300 ids: -b 1 = -b 16" $L; rm -f $L; done
+  varsetup amq8 "tl 8b"; vbits "main:$M" "amq8:$B"; vchunks 300 "amq8:$B:--kv-type q8"
   vtgd "main-f16:$M:" "main-q8:$M:--kv-type q8" "amq8-q8:$B:--kv-type q8" ;;
 wide)
   varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
   vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
-atrace)
-  F=${CMP:-tl 8b 7b}; models $F; [ -x /tmp/b/trAt/rawloop ] || { echo "no build of trAt here"; exit 2; }
-  for f in $F; do tg $M /tmp/m/$f.gguf "$f main"; tg /tmp/b/trAt/rawloop /tmp/m/$f.gguf "$f trAt (ring off)"
-    trace1 trAt $f; python3 bench/exp/trace_att.py /tmp/tr-trAt-$f.bin; done ;;
-trace)
-  F=${CMP:-tl}; models $F
+trace|atrace)
+  # atrace: the trAt build on three files by default (trace1 adds trace_att.py's table)
+  if [ $MODE = atrace ]; then F=${CMP:-tl 8b 7b}; VS=${TRACE:-trAt}; else F=${CMP:-tl}; VS=${TRACE:-tr trI}; fi
+  models $F
   for f in $F; do tg $M /tmp/m/$f.gguf "$f main"
-    for v in ${TRACE:-tr trI}; do [ -x /tmp/b/$v/rawloop ] || { echo "no build of $v here"; continue; }
+    for v in $VS; do [ -x /tmp/b/$v/rawloop ] || { echo "no build of $v here"; continue; }
       tg /tmp/b/$v/rawloop /tmp/m/$f.gguf "$f $v (ring off)"; trace1 $v $f; done; done ;;
 kb)
   # one knob's bytes (session 44): logits of KB_N ids by exact chunks of each of KB_B, fast and
