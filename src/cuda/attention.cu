@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include <atomic>
+#include <type_traits>
 
 #include "attention.cuh"
 #include "mv.cuh" /* cp.async helpers */
@@ -540,8 +541,12 @@ static att_fn gqa_kernel(const rl_att_args *a) {
  * in its shared memory, and after a cluster barrier block s merges heads s, s + ns, .. by
  * reading every split's partials through distributed shared memory, instead of writing them
  * to L2, taking a ticket and the last block reading them back. The same sums in the same
- * order as att_merge_group: the same bytes as without bit 32. f16 cache, G <= 8, hd 64 or
- * 128. */
+ * order as att_merge_group: the same bytes as without bit 32. G <= 8, hd 64 or 128; an f16
+ * cache, or a q8 one (--kv-type q8, Q8) in the default variants (bits 2 and 4 off): each
+ * lane loads its 8 codes and their block's scale where the f16 cache has its 16 bytes, and
+ * turns them into the f16 values code x scale (rounded, as the f16 cache rounds every value;
+ * an int8 step is 8 or more of f16's) just before the tile's products, so the products are
+ * the f16 cache's and a tile's loads still overlap the previous tile's work. */
 #define AM_GMAX 8
 
 /* the cluster barrier (sm_90 and later; the host launches clusters only where the device has
@@ -593,8 +598,8 @@ static size_t am_smem(const rl_att_args *a) { return am_smem_nw(a, (size_t)am_nw
 /* the shapes the kernel serves, with room for its widest block (whatever the knob's value) */
 static bool am_fits(const rl_att_args *a) {
     const int G = a->n_head / a->n_head_kv;
-    return !a->kd && G >= 1 && G <= AM_GMAX && a->n_head % a->n_head_kv == 0 && (a->hd == 64 || a->hd == 128) &&
-           am_smem_nw(a, (size_t)am_nw(a->hd, 4)) <= 96 * 1024;
+    return (!a->kd || !(a->mma & 6)) && G >= 1 && G <= AM_GMAX && a->n_head % a->n_head_kv == 0 &&
+           (a->hd == 64 || a->hd == 128) && am_smem_nw(a, (size_t)am_nw(a->hd, 4)) <= 96 * 1024;
 }
 
 /* grouped heads only, unless bit 16: a plain model's head fills one of the 8 rows and lost at
@@ -633,22 +638,72 @@ __device__ __forceinline__ void am_split(float x, float y, uint32_t &hi, uint32_
 template <int HD> struct am_tile {
     static constexpr int NJ = HD / 32, ND = HD / 8;
     uint4 k[2][NJ], v[2][NJ];
+    /* the rows' 8 values at the cache's element cell; past the split zeros, never the
+     * cache's stale rows (0 * NaN) */
+    __device__ __forceinline__ void put(int hf, int j, bool in, const rl_att_args &a, size_t cell) {
+        k[hf][j] = in ? *(const uint4 *)((const __half *)a.kc + cell) : make_uint4(0, 0, 0, 0);
+        v[hf][j] = in ? *(const uint4 *)((const __half *)a.vc + cell) : make_uint4(0, 0, 0, 0);
+    }
 };
 
-template <int HD>
-__device__ __forceinline__ void am_load(am_tile<HD> &b, const rl_att_args &a, int tile, int p0, int np, size_t kv_dim,
-                                        int kvh, int g, int tq) {
+/* A q8 cache's tile (--kv-type q8): lane (g, tq) holds 8 codes of the key and of the value
+ * rows where am_tile holds 16 bytes of f16, and each row's scale of block j (dims 32 j ..
+ * 32 j + 31). */
+template <int HD> struct am_q8tile {
+    static constexpr int NJ = HD / 32;
+    uint2 k[2][NJ], v[2][NJ];
+    float dk[2][NJ], dv[2][NJ];
+    /* past the split: zeros, scale 0 */
+    __device__ __forceinline__ void put(int hf, int j, bool in, const rl_att_args &a, size_t cell) {
+        k[hf][j] = in ? *(const uint2 *)((const int8_t *)a.kc + cell) : make_uint2(0, 0);
+        v[hf][j] = in ? *(const uint2 *)((const int8_t *)a.vc + cell) : make_uint2(0, 0);
+        dk[hf][j] = in ? a.kd[cell / 32] : 0.0f;
+        dv[hf][j] = in ? a.vd[cell / 32] : 0.0f;
+    }
+};
+
+/* a tile of either cache: rows tile * 16 + 8 hf + g of the split, dims 32 j + 8 tq */
+template <int HD, class T>
+__device__ __forceinline__ void am_load(T &b, const rl_att_args &a, int tile, int p0, int np, size_t kv_dim, int kvh,
+                                        int g, int tq) {
 #pragma unroll
     for (int hf = 0; hf < 2; hf++) {
         const int p = tile * 16 + 8 * hf + g;
-        const bool in = p < np; /* past the split: zeros, never the cache's stale rows (0 * NaN) */
         const size_t cell = (size_t)(p0 + p) * kv_dim + (size_t)kvh * HD + 8 * tq;
 #pragma unroll
-        for (int j = 0; j < am_tile<HD>::NJ; j++) {
-            b.k[hf][j] = in ? *(const uint4 *)((const __half *)a.kc + cell + 32 * j) : make_uint4(0, 0, 0, 0);
-            b.v[hf][j] = in ? *(const uint4 *)((const __half *)a.vc + cell + 32 * j) : make_uint4(0, 0, 0, 0);
-        }
+        for (int j = 0; j < T::NJ; j++) b.put(hf, j, p < np, a, cell + 32 * j);
     }
+}
+
+/* 8 codes (two words) times a scale as 8 f16 values, in the order of am_tile's 16 bytes */
+__device__ __forceinline__ uint4 am_q8h(uint2 c, float d) {
+    uint32_t h[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t w = i < 2 ? c.x : c.y, sh = 16 * (i & 1);
+        const __half2 x = __floats2half2_rn((float)(int8_t)(w >> sh) * d, (float)(int8_t)(w >> (sh + 8)) * d);
+        h[i] = *(const uint32_t *)&x;
+    }
+    return make_uint4(h[0], h[1], h[2], h[3]);
+}
+
+template <int HD>
+__device__ __forceinline__ void am_step(const am_tile<HD> &b, const uint32_t (*qa)[4], float ssc, int tile, int np,
+                                        int tq, float &m, float &l, float (*o)[4]);
+
+/* the q8 tile's values in f16 (am_q8h), then the f16 tile's step */
+template <int HD>
+__device__ __forceinline__ void am_step(const am_q8tile<HD> &r, const uint32_t (*qa)[4], float ssc, int tile, int np,
+                                        int tq, float &m, float &l, float (*o)[4]) {
+    am_tile<HD> b;
+#pragma unroll
+    for (int hf = 0; hf < 2; hf++)
+#pragma unroll
+        for (int j = 0; j < am_q8tile<HD>::NJ; j++) {
+            b.k[hf][j] = am_q8h(r.k[hf][j], r.dk[hf][j]);
+            b.v[hf][j] = am_q8h(r.v[hf][j], r.dv[hf][j]);
+        }
+    am_step<HD>(b, qa, ssc, tile, np, tq, m, l, o);
 }
 
 /* A tile's scores, their online softmax into (m, l) and its probabilities times its values
@@ -703,7 +758,7 @@ __device__ __forceinline__ void am_step(const am_tile<HD> &b, const uint32_t (*q
 }
 
 /* two blocks an SM where the registers allow (256 threads at hd 64, 128 at hd 128), else one */
-template <int HD, int NW, bool PF, bool ST, bool CL>
+template <int HD, int NW, bool PF, bool ST, bool CL, bool Q8 = false>
 __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_kernel(const rl_att_args a) {
     constexpr int NT = 32 * NW, NJ = am_tile<HD>::NJ, ND = am_tile<HD>::ND;
     extern __shared__ float sm[];
@@ -730,7 +785,7 @@ __global__ void __launch_bounds__(32 * NW, NW * HD <= 512 ? 2 : 1) flash_mma_ker
     int *cz = a.count + (size_t)z * a.n_head + h0;
 
     /* the first tile's rows are asked for before q, so the two trips overlap */
-    am_tile<HD> bufA, bufB;
+    typename std::conditional<Q8, am_q8tile<HD>, am_tile<HD>>::type bufA, bufB;
     if (warp < nt16) am_load<HD>(bufA, a, warp, p0, np, kv_dim, kvh, g, tq);
     /* q of head g (lanes g >= G: zero rows), dims 32 j + 8 tq .. + 7, scaled by 2^-e so that
      * |q'| < 2^14 over the head (the four lanes of a head agree on e) */
@@ -892,9 +947,10 @@ int rl_att_mma_knob(int mma) {
     return mma;
 }
 
-template <int HD, bool ST> static att_fn am_pick(int mma, bool cl) {
+template <int HD, bool ST, bool Q8 = false> static att_fn am_pick(int mma, bool cl) {
     constexpr int N0 = HD <= 64 ? 8 : 4;
-    if (cl) return flash_mma_kernel<HD, N0, false, ST, true>;
+    if (cl) return flash_mma_kernel<HD, N0, false, ST, true, Q8>;
+    if constexpr (Q8) return flash_mma_kernel<HD, N0, false, ST, false, true>; /* am_fits: bits 2, 4 off */
     switch (mma & 6) {
     case 0: return flash_mma_kernel<HD, N0, false, ST, false>;
     case 2: return flash_mma_kernel<HD, N0, true, ST, false>;
@@ -905,6 +961,8 @@ template <int HD, bool ST> static att_fn am_pick(int mma, bool cl) {
 
 static att_fn am_kernel(const rl_att_args *a) {
     const bool cl = am_cluster(a);
+    if (a->kd && a->frag) return a->hd <= 64 ? am_pick<64, true, true>(a->mma, cl) : am_pick<128, true, true>(a->mma, cl);
+    if (a->kd) return a->hd <= 64 ? am_pick<64, false, true>(a->mma, cl) : am_pick<128, false, true>(a->mma, cl);
     if (a->frag) return a->hd <= 64 ? am_pick<64, true>(a->mma, cl) : am_pick<128, true>(a->mma, cl);
     return a->hd <= 64 ? am_pick<64, false>(a->mma, cl) : am_pick<128, false>(a->mma, cl);
 }
@@ -951,7 +1009,9 @@ int rl_attention_prepare(const rl_att_args *a) {
     if (am_fits(a))
         for (int v = 0; v < (a->mma & 32 ? 10 : 8); v += 2) /* 8: the cluster variant */
             for (att_fn f : {am_pick<64, false>(v, v == 8), am_pick<128, false>(v, v == 8),
-                             am_pick<64, true>(v, v == 8), am_pick<128, true>(v, v == 8)}) {
+                             am_pick<64, true>(v, v == 8), am_pick<128, true>(v, v == 8),
+                             am_pick<64, false, true>(v, v == 8), am_pick<128, false, true>(v, v == 8),
+                             am_pick<64, true, true>(v, v == 8), am_pick<128, true, true>(v, v == 8)}) {
                 cudaError_t err = am_max > 48 * 1024 ? rl_smem_at_least(f, am_max) : cudaSuccess;
                 if (err == cudaSuccess && v == 8) /* clusters of up to 16 blocks */
                     err = cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);

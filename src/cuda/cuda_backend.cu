@@ -4,6 +4,7 @@
  * one copy of the logits when the caller asks for them. Prompts run through the same graph
  * one token at a time, so prefill logits are bit-identical to decoding (v1; chunked prefill
  * kernels are future work). See docs/CUDA.md. */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1117,9 +1118,7 @@ static int open_impl(rl_cuda *c, const rl_model *m, const rl_backend_opts *o, rl
         /* first, where its shared memory fits: prepare learns how many blocks a cluster may hold */
         bool prepared = rl_attention_smem(&t) <= (size_t)p.sharedMemPerBlockOptin;
         if (prepared) CK((cudaError_t)rl_attention_prepare(&t));
-        rl_att_args tq = t;
-        if (c->kv_q8) tq.mma &= ~1; /* a q8 cache keeps the block per head */
-        if (ms_unset && (!prepared || !rl_att_cluster(&tq))) {
+        if (ms_unset && (!prepared || !rl_att_cluster(&t))) {
             c->knobs.att_max_split = 20;
             att_open_args(c, &t);
             prepared = false;
@@ -1453,6 +1452,26 @@ static int att_test_run(const rl_att_args *t, void *y, size_t bytes, rl_err *e) 
     return 0;
 }
 
+/* max |a - b| / max |b| over n floats, a NaN anywhere sticking */
+static double att_test_dist(const void *a, const void *b, size_t n) {
+    double dmax = 0.0, bmax = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double x = ((const float *)a)[i], y = ((const float *)b)[i];
+        if (!(fabs(x - y) <= dmax)) dmax = fabs(x - y);
+        if (!(fabs(y) <= bmax)) bmax = fabs(y);
+    }
+    return bmax > 0.0 ? dmax / bmax : dmax;
+}
+
+/* a chunk's last token alone (decoding's launch), its position in io1 */
+static rl_att_args att_test_last(const rl_att_args *t, int nt, int qd, rl_cuda_io *io1) {
+    rl_att_args t1 = *t;
+    t1.n_tok = 1;
+    t1.q = t->q + (size_t)(nt - 1) * qd;
+    t1.io = io1;
+    return t1;
+}
+
 extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv,
                                       int hd, int nt, int pos, int split, int max_split, uint32_t type, bool gqa,
                                       int mma, bool *used, bool *same, double *dist, rl_err *e) {
@@ -1527,10 +1546,7 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
         *dist = -1.0;
         if (!rc && mma && *used) {
             /* the tensor-core kernel's chunk keeps its one-token bits: the last token alone */
-            rl_att_args t3 = t2;
-            t3.n_tok = 1;
-            t3.q = t.q + (size_t)(nt - 1) * qd;
-            t3.io = io + 1;
+            rl_att_args t3 = att_test_last(&t2, nt, qd, io + 1);
             rc = att_test_run(&t3, y2, (size_t)qd * 4, e);
             *same = *same && !rc && !memcmp(y1 + (size_t)(nt - 1) * qd * 4, y2, (size_t)qd * 4);
             if (!rc && (mma & 32)) { /* the clusters' merge: the bytes of the ticket's */
@@ -1538,16 +1554,10 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
                 rc = att_test_run(&t2, y2, nq * 4, e);
                 *same = *same && !rc && !memcmp(y1, y2, nq * 4);
             }
-            /* and against the block per head: max |a - b| / max |b|, a NaN anywhere sticking */
+            /* and against the block per head */
             t2.mma = 0;
             if (!rc) rc = att_test_run(&t2, y2, nq * 4, e);
-            double dmax = 0.0, bmax = 0.0;
-            for (size_t i = 0; !rc && i < nq; i++) {
-                const double a = ((const float *)y1)[i], b = ((const float *)y2)[i];
-                if (!(fabs(a - b) <= dmax)) dmax = fabs(a - b);
-                if (!(fabs(b) <= bmax)) bmax = fabs(b);
-            }
-            if (!rc) *dist = bmax > 0.0 ? dmax / bmax : dmax;
+            if (!rc) *dist = att_test_dist(y1, y2, nq);
         }
         free(h1);
         free(h2);
@@ -1563,6 +1573,105 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
     cudaFree(cnt);
     cudaFree(s1);
     cudaFree(s2);
+    cudaFree(io);
+    return rc;
+}
+
+static float att_h2f(uint16_t h) {
+    __half_raw r;
+    r.x = h;
+    return __half2float(__half(r));
+}
+
+/* a test's f16 cache rows as a q8 cache: codes and a scale per 32 values, the scales of the
+ * tail rows (past the chunk) NaN */
+static int att_test_q8(const uint16_t *c, size_t n, size_t tail, void **codes, float **scales) {
+    int8_t *hc = (int8_t *)malloc(n);
+    float *hd = (float *)malloc(n / 32 * sizeof(float));
+    int rc = !hc || !hd;
+    for (size_t b = 0; !rc && b < n / 32; b++) {
+        float amax = 0.0f;
+        for (size_t i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(att_h2f(c[32 * b + i])));
+        const float d = amax / 127.0f;
+        hd[b] = d;
+        for (size_t i = 0; i < 32; i++) hc[32 * b + i] = d > 0.0f ? (int8_t)rintf(att_h2f(c[32 * b + i]) / d) : 0;
+    }
+    if (!rc)
+        rc = cudaMalloc(codes, n + tail) || cudaMalloc((void **)scales, (n + tail) / 32 * sizeof(float)) ||
+             cudaMemcpy(*codes, hc, n, cudaMemcpyHostToDevice) ||
+             cudaMemcpy(*scales, hd, n / 32 * sizeof(float), cudaMemcpyHostToDevice) ||
+             cudaMemset((int8_t *)*codes + n, 0x7e, tail) || cudaMemset(*scales + n / 32, 0xff, tail / 32 * sizeof(float));
+    free(hc);
+    free(hd);
+    return rc;
+}
+
+extern "C" int rl_cuda_test_att_q8(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv,
+                                   int hd, int nt, int pos, int split, int max_split, int mma, bool *used, bool *cl,
+                                   bool *same, double *dist, rl_err *e) {
+    const int qd = n_head * hd, n_ctx = pos + nt, n_all = (n_ctx + split - 1) / split,
+              n_split = max_split > 0 && max_split < n_all ? max_split : n_all;
+    const size_t nq = (size_t)nt * qd, nkv = (size_t)n_ctx * n_head_kv * hd, tail = (size_t)16 * n_head_kv * hd,
+                 pb = (size_t)nt * n_head * n_split * (hd + 2) * 4;
+    if (nt < 1 || hd % 32) return rl_fail(e, "q8 attention test: %d tokens, head size %d", nt, hd);
+    mma = rl_att_mma_knob(mma);
+    rl_att_args t;
+    memset(&t, 0, sizeof t);
+    t.n_head = n_head;
+    t.n_head_kv = n_head_kv;
+    t.hd = hd;
+    float *o = NULL, *part = NULL;
+    int *cnt = NULL;
+    void *kq = NULL, *vq = NULL;
+    rl_cuda_io *io = NULL, hio[2];
+    memset(hio, 0, sizeof hio);
+    hio[0].pos = pos;
+    hio[1].pos = pos + nt - 1; /* the chunk's last token alone */
+    uint8_t *y1 = (uint8_t *)malloc(nq * 4), *y2 = (uint8_t *)malloc(nq * 4);
+    int rc = 0;
+    if (!y1 || !y2 || cudaMalloc((void **)&t.q, nq * 4) || cudaMemcpy(t.q, q, nq * 4, cudaMemcpyHostToDevice) ||
+        att_test_q8(kc, nkv, tail, &kq, &t.kd) || att_test_q8(vc, nkv, tail, &vq, &t.vd) || cudaMalloc(&o, nq * 4) ||
+        cudaMalloc(&part, pb) || cudaMalloc(&cnt, (size_t)nt * n_head * 4) || cudaMalloc(&io, sizeof hio) ||
+        cudaMemcpy(io, hio, sizeof hio, cudaMemcpyHostToDevice) || cudaMemset(cnt, 0, (size_t)nt * n_head * 4) ||
+        cudaMemset(o, 0xff, nq * 4)) /* NaN: an output a run leaves unwritten never matches */
+        rc = rl_fail(e, "CUDA: q8 attention test setup failed");
+    t.kc = (uint16_t *)kq;
+    t.vc = (uint16_t *)vq;
+    *used = *cl = *same = false;
+    *dist = -1.0;
+    if (!rc) {
+        att_test_splits(&t, n_ctx, n_split, split, max_split, nt, qd, part, cnt, io);
+        t.out = o;
+        t.mma = mma;
+        if (locked_att_prepare(&t)) rc = rl_fail(e, "CUDA: q8 attention test: prepare failed");
+        /* the chunk's last token alone: decoding's launch, as clusters where its splits fit one
+         * (a chunk's split blocks merge by the ticket unless bit 64) */
+        rl_att_args t1 = att_test_last(&t, nt, qd, io + 1);
+        *used = rl_att_mma(&t);
+        *cl = *used && rl_att_cluster(&t1);
+        if (!rc) rc = att_test_run(&t, y1, nq * 4, e);
+        *same = !rc;
+        if (!rc && *used) {
+            rc = att_test_run(&t1, y2, (size_t)qd * 4, e);
+            *same = *same && !rc && !memcmp(y1 + (size_t)(nt - 1) * qd * 4, y2, (size_t)qd * 4);
+        }
+        if (!rc) { /* against the block per head over the same cache */
+            rl_att_args t3 = t;
+            t3.mma = 0;
+            rc = att_test_run(&t3, y2, nq * 4, e);
+            if (!rc) *dist = att_test_dist(y1, y2, nq);
+        }
+    }
+    free(y1);
+    free(y2);
+    cudaFree(t.q);
+    cudaFree(kq);
+    cudaFree(vq);
+    cudaFree(t.kd);
+    cudaFree(t.vd);
+    cudaFree(o);
+    cudaFree(part);
+    cudaFree(cnt);
     cudaFree(io);
     return rc;
 }

@@ -49,7 +49,13 @@ R="$B/rawloop"
 # logits by a fraction of the cache's own quantisation effect, not by 1e-3; measured 0.07-0.18
 # of it on rawloop-small and TinyLlama, 0.44 on a qwen3-0.6b Q4_K_M (qk-norm) model, whose
 # GPU logits are the same bytes in v2.3 and v2.4; a GPU that ignored the flag and kept f16
-# would be at 1x and fail). Any run that fails,
+# would be at 1x and fail). KVMED=1 (stage q's grouped-head models, whose q8 cache the
+# tensor-core flash decode reads, turning code x scale into f16 before its products): any
+# difference cascades through later layers' int8 roundings, and on the CPU alone rounding its
+# q8 values to f16 moves qwen3-0.6b's logits by 1.30e-2 against the cache's own 1.35e-2 (uniform
+# noise of 2^-12 on them: 1.1e-2; the same noise on an f32 cache: 2.9e-4; PERF.md v2.50), so
+# the worst position is held to 1.5x the cache's effect and the median position to half the
+# cache's median (an ignored flag sits at 1x of both). Any run that fails,
 # or logits that cannot be read, give a FAIL row (never a missing one): the files are removed
 # first, so a stale file from an earlier model cannot pass.
 cmp_logits() { # name model ids [MODE]
@@ -67,7 +73,7 @@ cmp_logits() { # name model ids [MODE]
     "$R" logits --device cuda $gflags $kvf -m "$model" --ids "$ids" -o /tmp/lg1.bin >>"$LOG" 2>&1 || { row "| $name | logits $tag | GPU run failed | FAIL |"; return; }
     "$R" logits --device cuda $gflags $kvf -m "$model" --ids "$ids" -o /tmp/lg2.bin >>"$LOG" 2>&1 || { row "| $name | logits $tag | second GPU run failed | FAIL |"; return; }
     python3 - "$name" "$ids" "$(( $(date +%s) - t ))" "$tag" >>"$SUMMARY" 2>>"$LOG" <<'EOF' || row "| $name | logits $tag | logits unreadable (see device.log) | FAIL |"
-import sys, numpy as np
+import os, sys, numpy as np
 name, ids, secs, tag = sys.argv[1], sys.argv[2].split(), sys.argv[3], sys.argv[4]
 n = len(ids)
 c = np.fromfile('/tmp/lc.bin', dtype=np.float32).reshape(n, -1)
@@ -80,12 +86,22 @@ am = int((g.argmax(1) == c.argmax(1)).sum())
 same = np.array_equal(g.view(np.uint32), g2.view(np.uint32))
 exact = tag.startswith('--exact')
 rcf = rel(cf, c)
-rkv = rel(c, np.fromfile('/tmp/lck.bin', dtype=np.float32).reshape(n, -1))  # 0 without KVF
+relp = lambda a, b: np.abs(a - b).max(axis=1) / np.abs(b).max(axis=1)
+kvp = relp(c, np.fromfile('/tmp/lck.bin', dtype=np.float32).reshape(n, -1))  # 0 without KVF
+rkv = kvp.max()
 bound = max(1e-3, 0.5 * rkv) if exact else max(5e-2, 1.5 * rcf)
 ok = r <= bound and np.isfinite(g).all() and same
 extra = f' (CPU: this cache vs f16 {rkv:.2e})' if exact and rkv > 0 else ''
+mtxt = ''
+if exact and rkv > 0 and os.environ.get('KVMED') == '1':
+    # KVMED=1 (a q8 cache on tensor cores, whose values reach the products as f16): the worst
+    # position within 1.5x the cache's own effect, the median position within half its median
+    med, kmed = np.median(relp(g, c)), np.median(kvp)
+    bound = max(1e-3, 1.5 * rkv)
+    ok = r <= bound and med <= max(1e-3, 0.5 * kmed) and np.isfinite(g).all() and same
+    mtxt = f', median position {med:.2e} (bound {max(1e-3, 0.5 * kmed):.3g})'
 extra += '' if exact else f' (vs CPU fast {rf:.2e}; CPU fast vs CPU --exact {rcf:.2e})'
-print(f"| {name} | logits {n} pos, {tag} | rel err vs CPU --exact {r:.2e}{extra} (bound {bound:g}), argmax {am}/{n}, run-to-run {'identical' if same else 'DIFFERENT'} | {'PASS' if ok else 'FAIL'} ({secs}s) |")
+print(f"| {name} | logits {n} pos, {tag} | rel err vs CPU --exact {r:.2e}{extra} (bound {bound:g}){mtxt}, argmax {am}/{n}, run-to-run {'identical' if same else 'DIFFERENT'} | {'PASS' if ok else 'FAIL'} ({secs}s) |")
 EOF
 }
 cmp2() { cmp_logits "$1" "$2" "$3" --exact; cmp_logits "$1" "$2" "$3"; }
@@ -162,7 +178,7 @@ if has q; then # --kv-type q8 on the GPU against the CPU's q8 cache (same roundi
         set -- $spec
         f="$M/$1-$2.gguf"
         [ -f "$f" ] || "$R" mkmodel --shape "$1" --type "$2" --vocab "$VOCAB" -o "$f" -t 16 >>"$LOG" 2>&1
-        KVF="--kv-type q8" cmp2 "$1 $2 (300 pos)" "$f" "$IDS_300"
+        KVMED=1 KVF="--kv-type q8" cmp2 "$1 $2 (300 pos)" "$f" "$IDS_300"
     done
     rm -f /tmp/kq1.bin /tmp/kq16.bin
     ok=1

@@ -453,6 +453,56 @@ static void test_att_stage(void) {
           rl_cuda_att_cluster_max());
 }
 
+/* The tensor-core flash decode over a q8 cache (amq8.patch): grouped heads (and plain ones with
+ * bit 16) take it under the default knob (33); an exact chunk's last token is the bytes of its
+ * one-token launch (decoding's, in clusters where its splits fit one, against the chunk's
+ * ticket merge); and the output is near the
+ * block per head's over the same codes and scales. The kernel turns code x scale into f16 (a
+ * relative rounding of at most 2^-11 a value, the f16 cache's own), so the bound is looser than
+ * the f16 kernel's 1e-5: 5e-3 of the largest output. A wrong scale or code order is O(1). */
+static void test_att_q8(void) {
+    const int cases[][7] = {/* n_head, n_head_kv, hd, tokens, pos, split, max_split (0: no widening) */
+                            {32, 4, 64, 16, 20, 128, 0},  {32, 4, 64, 16, 300, 128, 0},   {32, 8, 128, 16, 500, 128, 0},
+                            {16, 8, 128, 4, 130, 128, 0}, {32, 4, 64, 4, 2040, 128, 16},  {28, 4, 128, 16, 260, 128, 20},
+                            {8, 8, 128, 8, 200, 64, 0},   {6, 2, 96, 4, 50, 32, 0}};
+    int ran = 0, ran_cl = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int nh = cases[ci][0], nkv = cases[ci][1], hd = cases[ci][2], nt = cases[ci][3], pos = cases[ci][4],
+                  split = cases[ci][5], msplit = cases[ci][6], G = nh / nkv;
+        const size_t nq = (size_t)nt * nh * hd, ncache = (size_t)(pos + nt) * nkv * hd;
+        float *q;
+        uint16_t *kc, *vc;
+        rand_att(nq, ncache, &q, &kc, &vc);
+        for (int plain = 0; plain < (G == 1 ? 2 : 1); plain++) {
+            const int mv = 33 | (plain ? 16 : 0);
+            rl_err e = {{0}};
+            bool used = false, cl = false, same = false;
+            double dist = -1.0;
+            CHECK(rl_cuda_test_att_q8(q, kc, vc, nh, nkv, hd, nt, pos, split, msplit, mv, &used, &cl, &same, &dist, &e) == 0,
+                  "%s", e.msg);
+            const bool want = (G >= 2 || plain) && G <= 8 && (hd == 64 || hd == 128);
+            CHECK(used == want, "q8 cache, heads %d/%d, hd %d, RL_CUDA_ATT_MMA=%d: tensor cores %s", nh, nkv, hd, mv,
+                  used ? "used" : "not used");
+            CHECK(same, "q8 cache on tensor cores, heads %d/%d, hd %d, %d tokens at %d, split %d/%d: the chunk's last "
+                  "token is not the bytes of its one-token launch%s", nh, nkv, hd, nt, pos, split, msplit,
+                  cl ? " (clusters)" : "");
+            if (used)
+                CHECK(dist >= 0.0 && dist <= 5e-3, "q8 cache on tensor cores, heads %d/%d, hd %d, %d tokens at %d: "
+                      "%.3e from the block per head (bound 5e-3)", nh, nkv, hd, nt, pos, dist);
+            ran += used;
+            ran_cl += cl;
+            printf("  q8 cache heads %2d/%d hd %3d, %2d tokens at %4d, split %3d/%2d, knob %d: %s%s, %.1e from per head\n",
+                   nh, nkv, hd, nt, pos, split, msplit, mv, used ? "tensor cores" : "block per head",
+                   cl ? " in clusters" : "", dist);
+        }
+        free(q);
+        free(kc);
+        free(vc);
+    }
+    CHECK(ran == 7, "the q8 cache ran on tensor cores in %d cases", ran);
+    if (rl_cuda_att_clusters()) CHECK(ran_cl >= 3, "the q8 cache ran in clusters in %d cases", ran_cl);
+}
+
 /* test_cuda [att]: "att" runs the attention tests alone, small enough for compute-sanitizer's
  * racecheck to finish (decoding under it does not, with its launches a token) */
 int main(int argc, char **argv) {
@@ -467,6 +517,7 @@ int main(int argc, char **argv) {
     if (argc == 2) {
         test_prefill_attention();
         test_att_stage();
+        test_att_q8();
         return check_report("test_cuda att");
     }
     const uint32_t types[] = {RL_F32, RL_F16, RL_BF16, RL_Q8_0, RL_FP8, RL_Q4_0, RL_Q4_1, RL_Q5_0, RL_Q5_1, RL_Q4_K, RL_Q5_K, RL_Q6_K, RL_RQ2, RL_RQ4};
@@ -503,5 +554,6 @@ int main(int argc, char **argv) {
     test_argmax();
     test_prefill_attention();
     test_att_stage();
+    test_att_q8();
     return check_report("test_cuda");
 }
