@@ -595,6 +595,12 @@ ampad)
 amq8)
   varsetup amq8 "tl 8b"; vbits "main:$M" "amq8:$B"; vchunks 300 "amq8:$B:--kv-type q8"
   vtgd "main-f16:$M:" "main-q8:$M:--kv-type q8" "amq8-q8:$B:--kv-type q8" ;;
+aq8r)
+  # amq8 landed (session 53: HEAD = aq8r, its tile loads folded): main's bits at f16, amq8's at
+  # q8 (chunks of 16 = one token), tg128 at depths 0 and 4096 beside main and amq8
+  varsetup aq8r "tl 8b"; A=/tmp/b/amq8/rawloop; vbits "main:$M" "aq8r:$B"
+  vchunks 300 "amq8:$A:--kv-type q8" "aq8r:$B:--kv-type q8"
+  vtgd "main-f16:$M:" "main-q8:$M:--kv-type q8" "amq8-q8:$A:--kv-type q8" "aq8r-q8:$B:--kv-type q8" ;;
 wide)
   varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
   vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
@@ -613,6 +619,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, amq8, atrace)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, amq8, aq8r, atrace)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
