@@ -19,17 +19,17 @@
 # wide (HEAD + wide.patch, session 51: RL_EXP_WIDE=W lets a one-block-per-SM launch take up to W
 # warps a block where that gives its busiest warp fewer items; rawloop and test_cuda) and ampad
 # (HEAD + ampad.patch, session 52: the tensor-core flash decode's warp sums without bank
-# conflicts; rawloop and test_cuda) and amq8 (HEAD + amq8.patch, session 52: the tensor-core
-# flash decode for a q8 KV cache too; rawloop and test_cuda) and trAt (HEAD + trace.patch +
-# att-trace.patch, session 52: the flash decode's blocks in the same ring; rawloop) and aq8r
-# (HEAD as it is, no patch: session 53's landed amq8 beside main's older build), each into its own
+# conflicts, on d98962b, the tree it was made on; rawloop and test_cuda) and trAt (HEAD +
+# trace.patch + att-trace.patch, session 52: the flash decode's blocks in the same ring;
+# rawloop), each into its own
 # build-dev/VARIANT.tar.xz; s8n, apre and floor no longer apply to HEAD, so they build on the
 # commit that added them, and full and trF on caa8c69, the tree before fullgrid.patch landed
 # (session 50). (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
 # session 30, run.sh dual timing main's RL_CUDA_MVS2; mvx-trim.patch in session 32; mvxw, a
 # branch, in session 34; mvxr.patch in session 36 as mvx's RES flag, with mvxr8 and mvxa, which
 # built on it; leanI.patch + leanL-on-leanI.patch in session 48, with leanT, leanB and leanTB,
-# which lost to them: c28f4d4 has those patches and variants. mvx16, 16-warp mvx blocks, lost
+# which lost to them: c28f4d4 has those patches and variants; amq8.patch in session 53: 6ec42dc
+# has it, its variant and aq8r, the landed tree beside it. mvx16, 16-warp mvx blocks, lost
 # in session 34 and is gone.)
 set -eu
 cd "$(dirname "$0")/../.."
@@ -44,10 +44,10 @@ for v in $todo; do
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it; the later ones to the
     # commits that added them
-    case $v in main|fma|nG|nQ|tr|trI|attL|trA|tail|wmaj|trW|wide|ampad|amq8|trAt|aq8r) rev=HEAD ;; full|trF) rev=caa8c69 ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
+    case $v in main|fma|nG|nQ|tr|trI|attL|trA|tail|wmaj|trW|wide|trAt) rev=HEAD ;; ampad) rev=d98962b ;; full|trF) rev=caa8c69 ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; nG|nQ) patch=callG.patch ;; tr) patch=trace.patch ;; trI) patch="trace.patch callG.patch" ;; full) patch=fullgrid.patch ;; attL) patch=att-late.patch ;; trA) patch="trace.patch att-late.patch" ;; trF) patch="trace.patch fullgrid.patch" ;; tail) patch=tail.patch ;; wmaj) patch=wmaj.patch ;; trW) patch=trace.patch ;; wide) patch=wide.patch ;; ampad) patch=ampad.patch ;; amq8) patch=amq8.patch ;; trAt) patch="trace.patch att-trace.patch" ;;
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; nG|nQ) patch=callG.patch ;; tr) patch=trace.patch ;; trI) patch="trace.patch callG.patch" ;; full) patch=fullgrid.patch ;; attL) patch=att-late.patch ;; trA) patch="trace.patch att-late.patch" ;; trF) patch="trace.patch fullgrid.patch" ;; tail) patch=tail.patch ;; wmaj) patch=wmaj.patch ;; trW) patch=trace.patch ;; wide) patch=wide.patch ;; ampad) patch=ampad.patch ;; trAt) patch="trace.patch att-trace.patch" ;;
         fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; apre) patch=att-pre.patch ;; floor) patch=floor.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done

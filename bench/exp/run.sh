@@ -124,14 +124,6 @@
 #                                      (40 ids -b 1 fast and --exact; 300 ids -b 1 and -b 16, the
 #                                      cluster's merge), tg128 at depth 0 and 4096 alternated with
 #                                      main on CMP (default "tl 8b"), ROUNDS (2)
-#   bash bench/exp/run.sh amq8         amq8.patch (build.sh amq8; session 52): the tensor-core flash
-#                                      decode for --kv-type q8 (main keeps a q8 cache on the block
-#                                      per head): f16 logits the same bytes as main (40 ids, fast
-#                                      and --exact), q8 logits -b 1 = -b 16 at 300 ids (clusters),
-#                                      then tg128 at depth 0 and 4096 of main f16 / main q8 / amq8
-#                                      q8 alternated on CMP (default "tl 8b"), ROUNDS (2). Its
-#                                      test_cuda and the q8 cache against the CPU's:
-#                                      TSTAGES="k q" bash bench/exp/run.sh tests-amq8
 #   bash bench/exp/run.sh atrace       att-trace.patch (build.sh trAt; session 52): tg128 of main and
 #                                      of trAt with the ring off (its cost), then one tg128 with the
 #                                      ring on: the streamed launches' table (trace_agg.py) and the
@@ -592,15 +584,6 @@ wmaj)
 ampad)
   varsetup ampad "tl 8b"; vtest ampad; vbits "main:$M" "ampad:$B"; vchunks 300 "main:$M:" "ampad:$B:"
   vtgd "main:$M:" "ampad:$B:" ;;
-amq8)
-  varsetup amq8 "tl 8b"; vbits "main:$M" "amq8:$B"; vchunks 300 "amq8:$B:--kv-type q8"
-  vtgd "main-f16:$M:" "main-q8:$M:--kv-type q8" "amq8-q8:$B:--kv-type q8" ;;
-aq8r)
-  # amq8 landed (session 53: HEAD = aq8r, its tile loads folded): main's bits at f16, amq8's at
-  # q8 (chunks of 16 = one token), tg128 at depths 0 and 4096 beside main and amq8
-  varsetup aq8r "tl 8b"; A=/tmp/b/amq8/rawloop; vbits "main:$M" "aq8r:$B"
-  vchunks 300 "amq8:$A:--kv-type q8" "aq8r:$B:--kv-type q8"
-  vtgd "main-f16:$M:" "main-q8:$M:--kv-type q8" "amq8-q8:$A:--kv-type q8" "aq8r-q8:$B:--kv-type q8" ;;
 wide)
   varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
   vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
@@ -619,6 +602,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, amq8, aq8r, atrace)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, atrace)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
