@@ -124,6 +124,13 @@
 #                                      (40 ids -b 1 fast and --exact; 300 ids -b 1 and -b 16, the
 #                                      cluster's merge), tg128 at depth 0 and 4096 alternated with
 #                                      main on CMP (default "tl 8b"), ROUNDS (2)
+#   bash bench/exp/run.sh q8x          q8x.patch (build.sh q8x; session 53): the tensor-core flash
+#                                      decode's q8 tile without int-to-float conversions or f16
+#                                      values (codes exact, scales outside the products): f16
+#                                      logits main's bytes, q8 -b 1 = -b 16 at 300 ids, tg128 at
+#                                      depth 0 and 4096 of main f16 / main q8 / q8x q8 on CMP
+#                                      (default "tl 8b"), ROUNDS (2); its test_cuda and stage q:
+#                                      TSTAGES="k q" bash bench/exp/run.sh tests-q8x
 #   bash bench/exp/run.sh atrace       att-trace.patch (build.sh trAt; session 52): tg128 of main and
 #                                      of trAt with the ring off (its cost), then one tg128 with the
 #                                      ring on: the streamed launches' table (trace_agg.py) and the
@@ -584,6 +591,11 @@ wmaj)
 ampad)
   varsetup ampad "tl 8b"; vtest ampad; vbits "main:$M" "ampad:$B"; vchunks 300 "main:$M:" "ampad:$B:"
   vtgd "main:$M:" "ampad:$B:" ;;
+q8x)
+  # q8x.patch (session 53): f16 bits = main's, q8 chunks of 16 = one token, tg128 at depths 0
+  # and 4096 of main f16 / main q8 / q8x q8 (its test_cuda and stage q: tests-q8x, TSTAGES="k q")
+  varsetup q8x "tl 8b"; vbits "main:$M" "q8x:$B"; vchunks 300 "q8x:$B:--kv-type q8"
+  vtgd "main-f16:$M:" "main-q8:$M:--kv-type q8" "q8x-q8:$B:--kv-type q8" ;;
 wide)
   varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
   vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
@@ -602,6 +614,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, atrace)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, q8x, atrace)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
