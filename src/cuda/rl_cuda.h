@@ -72,9 +72,9 @@ int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *v
  * RL_CUDA_ATT_MMA value): *used says whether the tensor-core kernel ran, *cl whether the
  * chunk's last token alone (decoding's launch) ran as clusters; *same that this one-token launch
  * gives the bytes of the chunk's last token (whose splits merge by the ticket unless bit 64);
- * *dist the output's max |a - b| / max |b|
- * against the block per head over the same q8 cache (-1 where not run). The device cache has
- * 16 rows past the chunk whose scales are NaN, which no kernel may read. hd % 32 == 0. */
+ * *dist the output's max |a - b| / max |b| against the block per head over the same q8 cache
+ * (-1 where not run). The device cache has 16 rows past the chunk whose scales are NaN, which
+ * no kernel may read. hd % 32 == 0. */
 int rl_cuda_test_att_q8(const float *q, const uint16_t *kc, const uint16_t *vc, int n_head, int n_head_kv, int hd,
                         int nt, int pos, int split, int max_split, int mma, bool *used, bool *cl, bool *same,
                         double *dist, rl_err *e);

@@ -53,7 +53,7 @@ R="$B/rawloop"
 # tensor-core flash decode reads, turning code x scale into f16 before its products): any
 # difference cascades through later layers' int8 roundings, and on the CPU alone rounding its
 # q8 values to f16 moves qwen3-0.6b's logits by 1.30e-2 against the cache's own 1.35e-2 (uniform
-# noise of 2^-12 on them: 1.1e-2; the same noise on an f32 cache: 2.9e-4; PERF.md v2.50), so
+# noise of up to 2^-12 on them: 1.1e-2; the same noise on an f32 cache: 2.9e-4; PERF.md v2.50), so
 # the worst position is held to 1.5x the cache's effect and the median position to half the
 # cache's median (an ignored flag sits at 1x of both). Any run that fails,
 # or logits that cannot be read, give a FAIL row (never a missing one): the files are removed
