@@ -959,12 +959,15 @@ template <int HD, bool ST, bool Q8 = false> static att_fn am_pick(int mma, bool 
     }
 }
 
+template <bool ST, bool Q8> static att_fn am_pick_hd(const rl_att_args *a, bool cl) {
+    return a->hd <= 64 ? am_pick<64, ST, Q8>(a->mma, cl) : am_pick<128, ST, Q8>(a->mma, cl);
+}
+
+/* staged for Wo or not (frag), a q8 cache or an f16 one (kd) */
 static att_fn am_kernel(const rl_att_args *a) {
     const bool cl = am_cluster(a);
-    if (a->kd && a->frag) return a->hd <= 64 ? am_pick<64, true, true>(a->mma, cl) : am_pick<128, true, true>(a->mma, cl);
-    if (a->kd) return a->hd <= 64 ? am_pick<64, false, true>(a->mma, cl) : am_pick<128, false, true>(a->mma, cl);
-    if (a->frag) return a->hd <= 64 ? am_pick<64, true>(a->mma, cl) : am_pick<128, true>(a->mma, cl);
-    return a->hd <= 64 ? am_pick<64, false>(a->mma, cl) : am_pick<128, false>(a->mma, cl);
+    if (a->kd) return a->frag ? am_pick_hd<true, true>(a, cl) : am_pick_hd<false, true>(a, cl);
+    return a->frag ? am_pick_hd<true, false>(a, cl) : am_pick_hd<false, false>(a, cl);
 }
 
 /* room lowered to the largest cluster (along y, at most room) of f's blocks that the device can

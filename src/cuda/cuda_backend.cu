@@ -4,7 +4,6 @@
  * one copy of the logits when the caller asks for them. Prompts run through the same graph
  * one token at a time, so prefill logits are bit-identical to decoding (v1; chunked prefill
  * kernels are future work). See docs/CUDA.md. */
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 
 extern "C" {
 #include "backend.h"
+#include "quant.h"
 #include "types.h"
 }
 #include "kernels.h"
@@ -1577,24 +1577,16 @@ extern "C" int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const 
     return rc;
 }
 
-static float att_h2f(uint16_t h) {
-    __half_raw r;
-    r.x = h;
-    return __half2float(__half(r));
-}
-
-/* a test's f16 cache rows as a q8 cache: codes and a scale per 32 values, the scales of the
- * tail rows (past the chunk) NaN */
+/* a test's f16 cache rows as a q8 cache, rounded as the CPU's q8 cache is (rl_round_i8_32);
+ * the scales of the tail rows (past the chunk) NaN */
 static int att_test_q8(const uint16_t *c, size_t n, size_t tail, void **codes, float **scales) {
     int8_t *hc = (int8_t *)malloc(n);
     float *hd = (float *)malloc(n / 32 * sizeof(float));
-    int rc = !hc || !hd;
+    int rc = !hc || !hd, sum;
     for (size_t b = 0; !rc && b < n / 32; b++) {
-        float amax = 0.0f;
-        for (size_t i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(att_h2f(c[32 * b + i])));
-        const float d = amax / 127.0f;
-        hd[b] = d;
-        for (size_t i = 0; i < 32; i++) hc[32 * b + i] = d > 0.0f ? (int8_t)rintf(att_h2f(c[32 * b + i]) / d) : 0;
+        float x[32];
+        for (size_t i = 0; i < 32; i++) x[i] = rl_f16_to_f32(c[32 * b + i]);
+        hd[b] = rl_round_i8_32(x, hc + 32 * b, &sum);
     }
     if (!rc)
         rc = cudaMalloc(codes, n + tail) || cudaMalloc((void **)scales, (n + tail) / 32 * sizeof(float)) ||

@@ -67,8 +67,8 @@ int rl_cuda_test_att_stage(const float *q, const uint16_t *kc, const uint16_t *v
                            int nt, int pos, int split, int max_split, uint32_t type, bool gqa, int mma, bool *used,
                            bool *same, double *dist, rl_err *e);
 /* The tensor-core flash decode over a q8 cache (--kv-type q8): the f16 cache kc / vc quantized
- * on the host to int8 codes with a scale per 32 values (d = amax / 127, codes rounded to
- * nearest), an exact chunk of nt tokens at pos (split, max_split as above) under mma (an
+ * on the host to int8 codes with a scale per 32 values (as the CPU's q8 cache, d = amax / 127
+ * and round-half-even), an exact chunk of nt tokens at pos (split, max_split as above) under mma (an
  * RL_CUDA_ATT_MMA value): *used says whether the tensor-core kernel ran, *cl whether the
  * chunk's last token alone (decoding's launch) ran as clusters; *same that this one-token launch
  * gives the bytes of the chunk's last token (whose splits merge by the ticket unless bit 64);
