@@ -131,6 +131,10 @@
 #                                      depth 0 and 4096 of main f16 / main q8 / q8x q8 on CMP
 #                                      (default "tl 8b"), ROUNDS (2); its test_cuda and stage q:
 #                                      TSTAGES="k q" bash bench/exp/run.sh tests-q8x
+#   bash bench/exp/run.sh clm          clm.patch (build.sh clm; session 54): the cluster merge's
+#                                      loads in one batch and its last barrier without a GPU-scope
+#                                      fence: main = clm logits at -b 1 over 2200 ids, tg128 at
+#                                      depth 0 and 4096 of main / clm on CMP (default "tl 8b")
 #   bash bench/exp/run.sh atrace       att-trace.patch (build.sh trAt; session 52): tg128 of main and
 #                                      of trAt with the ring off (its cost), then one tg128 with the
 #                                      ring on: the streamed launches' table (trace_agg.py) and the
@@ -193,10 +197,10 @@ tgd() { $1 bench --device cuda -m /tmp/m/$3.gguf -p 0 -n 128 -r 3 $2 --no-ceilin
 pp() { $1 bench --device cuda --prefill exact $2 -m /tmp/m/$3.gguf -p $4 -n 0 -r 3 --no-ceiling --json 2>/dev/null | tail -1 |
   python3 -c "import json,sys;d=json.load(sys.stdin);print('%.1f %.1f'%(d['pp_tps'],d['pp_sd']))" || echo "0 0"; }
 # trace1 VARIANT FILE: one tg128 of a trace.patch build with the ring on, then its tables
-# (trace_agg.py by launch, trace_sm.py by SM); the caller's environment holds the knobs. The ring
+# (trace_agg.py by launch, trace_sm.py by SM) at depth TRD (0); the caller's environment holds the knobs. The ring
 # file (~80 MB, /tmp/tr-VARIANT-FILE.bin) stays in /tmp: too large to bring back, query it later.
 trace1() { local o=/tmp/tr-$1-$2.bin; rm -f $o
-  RL_EXP_TRACE=$o /tmp/b/$1/rawloop bench --device cuda -m /tmp/m/$2.gguf -p 0 -n 128 -r 1 --no-ceiling 2>/dev/null | grep "tg128"
+  RL_EXP_TRACE=$o /tmp/b/$1/rawloop bench --device cuda -m /tmp/m/$2.gguf -p 0 -n 128 -d ${TRD:-0} -r 1 --no-ceiling 2>/dev/null | grep "tg128"
   python3 bench/exp/trace_agg.py $o ${PER_LAYER:-4}; python3 bench/exp/trace_sm.py $o; python3 bench/exp/trace_att.py $o; }
 # Entries "LABEL:BINARY[:VAR=V]" (a build, and a knob set for it or none), the first the
 # reference: vbits checks that all give the same logits of IDS on each file of F, fast and
@@ -599,6 +603,15 @@ q8x)
 wide)
   varsetup wide "7b 8b 7bq4km tl"; vtest wide RL_EXP_WIDE=18
   vbits "main:$M" "wide:$B:RL_EXP_WIDE=18"; vtg "main:$M" "wide0:$B" "wide18:$B:RL_EXP_WIDE=18" ;;
+clm)
+  # clm.patch (session 54): decoding's logits (-b 1) of main and clm over 2200 ids (16 splits,
+  # so the clusters merge), fast and --exact, the same bytes; tg128 at depths 0 and 4096 of main
+  # and clm on CMP (default "tl 8b"), ROUNDS (2); its test_cuda: bash bench/exp/run.sh tests-clm
+  varsetup clm "tl 8b"; ids=$(seq 1 2200 | tr '\n' ' ')
+  for f in $F; do for ex in "" --exact; do
+    (XLG_FLAGS=$ex; xlg $M /tmp/lg-m 1 "$ids"; xlg $B /tmp/lg-c 1 "$ids"); same "2200 ids, -b 1: main = clm" /tmp/lg-m /tmp/lg-c
+    rm -f /tmp/lg-m /tmp/lg-c; done; done
+  vtgd "main:$M:" "clm:$B:" ;;
 trace|atrace)
   # atrace: the trAt build on three files by default (trace1 adds trace_att.py's table)
   if [ $MODE = atrace ]; then F=${CMP:-tl 8b 7b}; VS=${TRACE:-trAt}; else F=${CMP:-tl}; VS=${TRACE:-tr trI}; fi
@@ -614,6 +627,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, q8x, atrace)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, q8x, atrace, clm)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
