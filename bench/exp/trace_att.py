@@ -9,18 +9,29 @@
 #   merged                its last output or merge written (flash_mma_kernel);
 #   end1 / endN           its blocks' ends;
 #   wo_rel1               Wo's first block released.
+# Then, where the ring has att-trace.patch's cycle records (both tag bits), the same points within
+# each block by its SM's clock64, which resolves what %globaltimer's step may not: per grid size,
+# the median over launches of the blocks' median cycles after their start at the release, the
+# tiles, the merge and the end, and the same in us at the clock the records themselves give
+# (the blocks' summed global-timer lengths over their summed cycles).
 import bisect, collections, struct, sys, statistics as st
 from trace_agg import load
 
 fn = sys.argv[1]
 raw = open(fn, 'rb').read()
-att, phase = collections.defaultdict(list), {}
+att, phase, cyc = collections.defaultdict(list), {}, {}
+prev = None  # a block writes its three records in a row: the cycles follow its phase record
 for i in range((len(raw) - 16) // 40):
     k, sb, t0, t1, t2 = struct.unpack_from('<5Q', raw, 16 + 40 * i)
-    if k >> 63:
-        att[k & ~(3 << 62)].append((t0, t1, t2, sb))
-    elif k >> 62:
-        phase[(k & ~(3 << 62), sb, t2)] = (t0, t1)
+    tag, key = k >> 62, k & ~(3 << 62)
+    if tag == 3:
+        if prev and prev[:2] == (key, sb):
+            cyc[prev] = (t0 & 0xffffffff, t0 >> 32, t1, t2)
+    elif tag == 2:
+        att[key].append((t0, t1, t2, sb))
+    elif tag == 1:
+        phase[(key, sb, t2)] = (t0, t1)
+    prev = (key, sb, t2) if tag == 1 else None
 if not att:  # a ring without att-trace.patch's records (trace1 runs this on every build)
     sys.exit(0)
 n, cap, tok, launches = load(fn)
@@ -28,6 +39,8 @@ ends = sorted(r[4] for _, rs in launches for r in rs)
 rels = sorted(r[3] for _, rs in launches for r in rs)
 print('%s: %d attention records, %d phase records, token %.1f us' % (fn, sum(map(len, att.values())), len(phase), tok / 1e3))
 rows = collections.defaultdict(lambda: collections.defaultdict(list))
+crow = collections.defaultdict(lambda: collections.defaultdict(list))
+ns_sum = cyc_sum = 0
 for key, rs in att.items():
     rs.sort()
     groups, cur = [], [rs[0]]
@@ -52,9 +65,26 @@ for key, rs in att.items():
         if ts: d['tiles1'].append(us(min(ts))); d['tilesN'].append(us(max(ts)))
         if tm: d['merged'].append(us(max(tm)))
         d['end1'].append(us(min(r[2] for r in g))); d['endN'].append(us(endN)); d['wo_rel1'].append(us(rels[j]))
+        cs = [(r, cyc[(key, r[3], r[2])]) for r in g if (key, r[3], r[2]) in cyc]
+        if cs:
+            c = crow[len(g)]
+            for n, col in enumerate(('c_rel', 'c_tiles', 'c_merged', 'c_end')):
+                v = [x[1][n] for x in cs if x[1][n]]
+                if v: c[col].append(st.median(v))
+            ns_sum += sum(r[2] - r[0] for r, _ in cs); cyc_sum += sum(x[3] for _, x in cs)
 cols = ['start1', 'rel1', 'relN', 'tiles1', 'tilesN', 'merged', 'end1', 'endN', 'wo_rel1']
 print('| blocks | launches | %s |' % ' | '.join(cols))
 print('| ---: | ---: |%s' % (' ---: |' * len(cols)))
 for nb in sorted(rows):
     d = rows[nb]
     print('| %d | %d | %s |' % (nb, len(d['endN']), ' | '.join('%.2f' % st.median(d[c]) if d[c] else '-' for c in cols)))
+if crow and cyc_sum:
+    ghz = cyc_sum / ns_sum
+    ccols = ['c_rel', 'c_tiles', 'c_merged', 'c_end']
+    print('cycles after each block\'s start (blocks\' medians, median over launches); us at %.3f GHz' % ghz)
+    print('| blocks | launches | %s |' % ' | '.join(ccols))
+    print('| ---: | ---: |%s' % (' ---: |' * len(ccols)))
+    for nb in sorted(crow):
+        c = crow[nb]
+        print('| %d | %d | %s |' % (nb, len(c['c_end']), ' | '.join(
+            '%d (%.2f)' % (st.median(c[k]), st.median(c[k]) / ghz / 1e3) if c[k] else '-' for k in ccols)))
