@@ -135,6 +135,11 @@
 #                                      loads in one batch and its last barrier without a GPU-scope
 #                                      fence: main = clm logits at -b 1 over 2200 ids, tg128 at
 #                                      depth 0 and 4096 of main / clm on CMP (default "tl 8b")
+#   bash bench/exp/run.sh fdp          fdp.patch (build.sh fdp; session 54): the block per head
+#                                      (plain heads, a q8 cache) with a key's loads in one trip and
+#                                      the next value batch in flight: main = fdp logits at -b 1
+#                                      over 2200 ids (7B; TinyLlama under RL_CUDA_ATT_MMA=0), chunks
+#                                      of 16 = -b 1, tg128 d0 / d4096 (f16, q8) and S=16 on 7B
 #   bash bench/exp/run.sh atrace       att-trace.patch (build.sh trAt; session 52): tg128 of main and
 #                                      of trAt with the ring off (its cost), then one tg128 with the
 #                                      ring on: the streamed launches' table (trace_agg.py) and the
@@ -612,6 +617,20 @@ clm)
     (XLG_FLAGS=$ex; xlg $M /tmp/lg-m 1 "$ids"; xlg $B /tmp/lg-c 1 "$ids"); same "2200 ids, -b 1: main = clm" /tmp/lg-m /tmp/lg-c
     rm -f /tmp/lg-m /tmp/lg-c; done; done
   vtgd "main:$M:" "clm:$B:" ;;
+fdp)
+  # fdp.patch (session 54): the block per head with a key's 16 loads in one trip and the next
+  # value batch in flight (5 blocks an SM at 96 registers): main = fdp logits at -b 1 over 2200
+  # ids on 7B (plain heads: the block per head) and on TinyLlama with RL_CUDA_ATT_MMA=0, fast
+  # and --exact; exact chunks of 16 = -b 1 over 300 ids, both builds; tg128 at depths 0 and
+  # 4096 of main / fdp on 7B, f16 and q8 caches; S=16 over 512 ids at -c 4096 on 7B, ROUNDS (2)
+  varsetup fdp "7b tl"; ids=$(seq 1 2200 | tr '\n' ' ')
+  for f in $F; do for ex in "" --exact; do
+    (XLG_FLAGS=$ex; [ $f != tl ] || export RL_CUDA_ATT_MMA=0; xlg $M /tmp/lg-m 1 "$ids"; xlg $B /tmp/lg-c 1 "$ids")
+    same "2200 ids, -b 1$([ $f != tl ] || echo ", RL_CUDA_ATT_MMA=0"): main = fdp" /tmp/lg-m /tmp/lg-c; rm -f /tmp/lg-m /tmp/lg-c; done; done
+  F=7b; vchunks 300 "main:$M:" "fdp:$B:"
+  vtgd "main:$M:" "fdp:$B:"; vtgd "main-q8:$M:--kv-type q8" "fdp-q8:$B:--kv-type q8"
+  for r in $(seq 1 ${ROUNDS:-2}); do set -- $(pp $M "-c 4096" 7b 512) $(pp $B "-c 4096" 7b 512)
+    echo "7b r$r S=16/512 -c 4096 | main: $1 ± $2 | fdp: $3 ± $4 ($(rel $1 $3))"; done ;;
 trace|atrace)
   # atrace: the trAt build on three files by default (trace1 adds trace_att.py's table)
   if [ $MODE = atrace ]; then F=${CMP:-tl 8b 7b}; VS=${TRACE:-trAt}; else F=${CMP:-tl}; VS=${TRACE:-tr trI}; fi
@@ -627,6 +646,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, q8x, atrace, clm)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, q8x, atrace, clm, fdp)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
