@@ -26,7 +26,9 @@
 # cluster merge's loads from the peers all in flight at once, and its last barrier without the
 # release that compiles to MEMBAR.ALL.GPU; rawloop and test_cuda) and fdp (HEAD + fdp.patch,
 # session 54: the block per head's key loads in one trip and its next value batch in flight, 5
-# blocks an SM; rawloop and test_cuda), each into its own
+# blocks an SM; rawloop and test_cuda) and clw (HEAD + clm.patch + clw.patch, session 54: clm with
+# the cluster variant in twice the warps too, RL_CUDA_ATT_MMA=37; rawloop and test_cuda), each
+# into its own
 # build-dev/VARIANT.tar.xz; s8n, apre and floor no longer apply to HEAD, so they build on the
 # commit that added them, and full and trF on caa8c69, the tree before fullgrid.patch landed
 # (session 50). (Landed, their variants gone: qkv-dual.patch and f16-pipe.patch in
@@ -49,10 +51,10 @@ for v in $todo; do
     # the patches (closed experiments) apply to c207744, the tree before qkv-dual and f16-pipe
     # landed; main is HEAD, and q8-fma.patch (session 33) applies to it; the later ones to the
     # commits that added them
-    case $v in main|fma|nG|nQ|tr|trI|attL|trA|tail|wmaj|trW|wide|trAt|q8x|clm|fdp) rev=HEAD ;; ampad) rev=d98962b ;; full|trF) rev=caa8c69 ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
+    case $v in main|fma|nG|nQ|tr|trI|attL|trA|tail|wmaj|trW|wide|trAt|q8x|clm|fdp|clw) rev=HEAD ;; ampad) rev=d98962b ;; full|trF) rev=caa8c69 ;; s8n) rev=152b09c ;; apre) rev=f0f26a8 ;; floor) rev=9948a8c ;; *) rev=c207744 ;; esac
     rm -rf "$src" && mkdir -p "$src" && git archive $rev | tar x -C "$src"
     case $v in sf) patch=scale-free.patch ;; exp) patch=exp-prologue.patch ;; lean) patch=lean-loop.patch ;;
-        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; nG|nQ) patch=callG.patch ;; tr) patch=trace.patch ;; trI) patch="trace.patch callG.patch" ;; full) patch=fullgrid.patch ;; attL) patch=att-late.patch ;; trA) patch="trace.patch att-late.patch" ;; trF) patch="trace.patch fullgrid.patch" ;; tail) patch=tail.patch ;; wmaj) patch=wmaj.patch ;; trW) patch=trace.patch ;; wide) patch=wide.patch ;; ampad) patch=ampad.patch ;; q8x) patch=q8x.patch ;; clm) patch=clm.patch ;; fdp) patch=fdp.patch ;; trAt) patch="trace.patch att-trace.patch" ;;
+        lsf) patch="lean-loop.patch sf-on-lean.patch" ;; lean1|leanG) patch=lean-loop.patch ;; nG|nQ) patch=callG.patch ;; tr) patch=trace.patch ;; trI) patch="trace.patch callG.patch" ;; full) patch=fullgrid.patch ;; attL) patch=att-late.patch ;; trA) patch="trace.patch att-late.patch" ;; trF) patch="trace.patch fullgrid.patch" ;; tail) patch=tail.patch ;; wmaj) patch=wmaj.patch ;; trW) patch=trace.patch ;; wide) patch=wide.patch ;; ampad) patch=ampad.patch ;; q8x) patch=q8x.patch ;; clm) patch=clm.patch ;; fdp) patch=fdp.patch ;; clw) patch="clm.patch clw.patch" ;; trAt) patch="trace.patch att-trace.patch" ;;
         fma) patch=q8-fma.patch ;; s8n) patch=stage8n.patch ;; apre) patch=att-pre.patch ;; floor) patch=floor.patch ;; *) patch= ;; esac
     # the patch as committed (the archived tree's copy): commit an edited patch before building
     for p in $patch; do (cd "$src" && git apply "bench/exp/$p"); done

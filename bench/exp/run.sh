@@ -140,6 +140,10 @@
 #                                      the next value batch in flight: main = fdp logits at -b 1
 #                                      over 2200 ids (7B; TinyLlama under RL_CUDA_ATT_MMA=0), chunks
 #                                      of 16 = -b 1, tg128 d0 / d4096 (f16, q8) and S=16 on 7B
+#   bash bench/exp/run.sh clw          clw.patch on clm.patch (build.sh clw; session 54): the
+#                                      cluster variant in twice the warps (RL_CUDA_ATT_MMA=37):
+#                                      -b 1 = -b 16 under it, tg128 at depth 0 and 4096 of main /
+#                                      clw at 33 / clw at 37 on CMP (default "tl 8b")
 #   bash bench/exp/run.sh atrace       att-trace.patch (build.sh trAt; session 52): tg128 of main and
 #                                      of trAt with the ring off (its cost), then one tg128 with the
 #                                      ring on: the streamed launches' table (trace_agg.py) and the
@@ -631,6 +635,18 @@ fdp)
   vtgd "main:$M:" "fdp:$B:"; vtgd "main-q8:$M:--kv-type q8" "fdp-q8:$B:--kv-type q8"
   for r in $(seq 1 ${ROUNDS:-2}); do set -- $(pp $M "-c 4096" 7b 512) $(pp $B "-c 4096" 7b 512)
     echo "7b r$r S=16/512 -c 4096 | main: $1 ± $2 | fdp: $3 ± $4 ($(rel $1 $3))"; done ;;
+clw)
+  # clw.patch on clm.patch (session 54): the cluster variant in twice the warps (RL_CUDA_ATT_MMA
+  # 37 = 1 | 4 | 32; one key tile a warp at 256 positions a split): clw at 33 = clm's bytes;
+  # under 37, exact chunks of 16 = -b 1 over 300 ids, fast and --exact; tg128 at depths 0 and
+  # 4096 of main / clw at 33 (clm's code), then clw at 33 / 37, on CMP (default "tl 8b"), ROUNDS (2)
+  varsetup clw "tl 8b"; C=/tmp/b/clm/rawloop
+  [ ! -x $C ] || vbits "clm:$C" "clw:$B"
+  for ex in "" --exact; do for f in $F; do L=
+    for c in 1 16; do (export RL_CUDA_ATT_MMA=37; XLG_FLAGS=$ex; xlg $B /tmp/lw-$c $c "$(seq 1 300 | tr '\n' ' ')"); L="$L /tmp/lw-$c"; done
+    same "300 ids under RL_CUDA_ATT_MMA=37: -b 1 = -b 16" $L; rm -f $L; done; done
+  vtgd "main:$M:" "clw33:$B:"
+  CFG_BIN=$B CFGS="c33: c37:RL_CUDA_ATT_MMA=37" CFG_D="0 4096" CFG_S16=0 cfgrun ;;
 trace|atrace)
   # atrace: the trAt build on three files by default (trace1 adds trace_att.py's table)
   if [ $MODE = atrace ]; then F=${CMP:-tl 8b 7b}; VS=${TRACE:-trAt}; else F=${CMP:-tl}; VS=${TRACE:-tr trI}; fi
@@ -646,6 +662,6 @@ kb)
 cfg)
   # knob settings side by side (session 42): cfgrun on CHUNKS ("tl 8b")
   F=${CHUNKS:-tl 8b}; models $F; cfgrun ;;
-*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, q8x, atrace, clm, fdp)"; exit 2 ;;
+*) echo "unknown mode $MODE (models, table, kb, cfg, amma, amprof, tests-VARIANT, cmp-VAR, bits, lean, flush, dual, chunks, astage, gqa, apre, stage8, var-VAR, res, prologue, tests-sf, peer, lat, trace, full, late, tail, wmaj, wide, ampad, q8x, atrace, clm, fdp, clw)"; exit 2 ;;
 esac
 echo "total $(( $(date +%s) - t0 )) s"
