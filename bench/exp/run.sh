@@ -236,12 +236,6 @@ vchunks() { local n=$1 e l b k c L ls; shift; ls=$(printf '%s\n' "$@" | cut -d: 
   for f in $F; do L=; for e in "$@"; do IFS=: read -r l b k <<< "$e"; for c in 1 16; do
       (XLG_FLAGS=$k; xlg $b /tmp/lc-$l-$c $c "$(seq 1 $n | tr '\n' ' ')"); L="$L /tmp/lc-$l-$c"; done; done
     ex=$k same "$n ids, -b 1 = -b 16: $ls" $L; rm -f $L; done; }
-# vlong N LABEL BINARY [KNOB=V]: decoding's logits (-b 1) of ids 1..N by main and BINARY, fast
-# and --exact, under the knob if given, on each file of F: the same bytes
-vlong() { local n=$1 l=$2 b=$3 k=${4:-} ids; ids=$(seq 1 $1 | tr '\n' ' ')
-  for f in $F; do for ex in "" --exact; do
-    (XLG_FLAGS=$ex; [ -z "$k" ] || export "$k"; xlg $M /tmp/lg-m 1 "$ids"; xlg $b /tmp/lg-c 1 "$ids")
-    same "$n ids, -b 1${k:+, $k}: main = $l" /tmp/lg-m /tmp/lg-c; rm -f /tmp/lg-m /tmp/lg-c; done; done; }
 # vtgd "LABEL:BINARY:FLAGS"...: tg128 at depths 0 and 4096 of each entry (FLAGS: more bench
 # flags, e.g. --kv-type q8) on each file of F, alternated, one line a file and depth with each
 # entry's percent against the first, ROUNDS rounds (2)
@@ -622,14 +616,14 @@ clm)
   # clm.patch (session 54): decoding's logits (-b 1) of main and clm over 2200 ids (16 splits,
   # so the clusters merge), fast and --exact, the same bytes; tg128 at depths 0 and 4096 of main
   # and clm on CMP (default "tl 8b"), ROUNDS (2); its test_cuda: bash bench/exp/run.sh tests-clm
-  varsetup clm "tl 8b"; vlong 2200 clm $B; vtgd "main:$M:" "clm:$B:" ;;
+  varsetup clm "tl 8b"; IDS=$(seq 1 2200 | tr '\n' ' '); vbits "main:$M" "clm:$B"; vtgd "main:$M:" "clm:$B:" ;;
 fdp)
   # fdp.patch (session 54): the block per head with a key's 16 loads in one trip and the next
   # value batch in flight (5 blocks an SM at 96 registers): main = fdp logits at -b 1 over 2200
   # ids on 7B and TinyLlama with RL_CUDA_ATT_MMA=0 (every head on the block per head), fast
   # and --exact; exact chunks of 16 = -b 1 over 300 ids, both builds; tg128 at depths 0 and
   # 4096 of main / fdp on 7B, f16 and q8 caches; S=16 over 512 ids at -c 4096 on 7B, ROUNDS (2)
-  varsetup fdp "7b tl"; vlong 2200 fdp $B RL_CUDA_ATT_MMA=0
+  varsetup fdp "7b tl"; IDS=$(seq 1 2200 | tr '\n' ' '); vbits "main:$M:RL_CUDA_ATT_MMA=0" "fdp:$B:RL_CUDA_ATT_MMA=0"
   F=7b; vchunks 300 "main:$M:" "fdp:$B:"
   vtgd "main:$M:" "fdp:$B:"; vtgd "main-q8:$M:--kv-type q8" "fdp-q8:$B:--kv-type q8"
   for r in $(seq 1 ${ROUNDS:-2}); do set -- $(pp $M "-c 4096" 7b 512) $(pp $B "-c 4096" 7b 512)
@@ -641,9 +635,7 @@ clw)
   # 4096 of main / clw at 33 (clm's code), then clw at 33 / 37, on CMP (default "tl 8b"), ROUNDS (2)
   varsetup clw "tl 8b"; C=/tmp/b/clm/rawloop
   [ ! -x $C ] || vbits "clm:$C" "clw:$B"
-  for ex in "" --exact; do for f in $F; do L=
-    for c in 1 16; do (export RL_CUDA_ATT_MMA=37; XLG_FLAGS=$ex; xlg $B /tmp/lw-$c $c "$(seq 1 300 | tr '\n' ' ')"); L="$L /tmp/lw-$c"; done
-    same "300 ids under RL_CUDA_ATT_MMA=37: -b 1 = -b 16" $L; rm -f $L; done; done
+  (export RL_CUDA_ATT_MMA=37; vchunks 300 "clw37:$B:"; vchunks 300 "clw37:$B:--exact")
   vtgd "main:$M:" "clw33:$B:"
   CFG_BIN=$B CFGS="c33: c37:RL_CUDA_ATT_MMA=37" CFG_D="0 4096" CFG_S16=0 cfgrun ;;
 trace|atrace)
